@@ -1,0 +1,554 @@
+//! The Redis backend.
+//!
+//! Commands go over one multiplexed connection taken from the bb8 pool and shared by all
+//! tasks (cloning it is cheap and takes no lock); a broken connection is dropped and the
+//! next call takes a fresh one from the pool. Waiters are woken through one dedicated
+//! pub/sub connection per `Locker` (see [`Hub`]).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bb8_redis::RedisConnectionManager;
+use futures_util::StreamExt;
+use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
+use redis::{RedisError, Script};
+use tokio::sync::mpsc;
+
+use super::Attempt;
+use crate::LockError;
+use crate::waiters::{Edge, Slot, Waiters};
+
+const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+const RELEASE: &str = include_str!("../scripts/release.lua");
+const EXTEND: &str = include_str!("../scripts/extend.lua");
+
+/// Suffix of a lock's fence counter key.
+const FENCE_SUFFIX: &str = ":fence";
+/// Suffix of a lock's release channel.
+const CHANNEL_SUFFIX: &str = ":released";
+/// Renewals per pipeline.
+const RENEW_CHUNK: usize = 512;
+
+#[derive(Debug)]
+struct Scripts {
+    acquire: Script,
+    release: Script,
+    extend: Script,
+}
+
+/// Everything needed to open connections, from the builder.
+#[derive(Debug)]
+pub(crate) struct RedisConfig {
+    pub(crate) client: Option<redis::Client>,
+    pub(crate) pool: bb8::Pool<RedisConnectionManager>,
+    pub(crate) address: String,
+    pub(crate) namespace: String,
+    pub(crate) fence_ttl: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+#[derive(Debug)]
+pub(crate) struct RedisBackend {
+    pool: bb8::Pool<RedisConnectionManager>,
+    conn: ArcSwapOption<MultiplexedConnection>,
+    scripts: Arc<Scripts>,
+    address: String,
+    namespace: String,
+    fence_ttl_ms: u64,
+    pub(crate) waiters: Arc<Waiters>,
+    hub: Option<Hub>,
+}
+
+impl RedisBackend {
+    /// Opens the first connection (within the connect timeout) and loads the scripts, so
+    /// a wrong address or password fails here, with the address and the cause.
+    pub(crate) async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        let RedisConfig {
+            client,
+            pool,
+            address,
+            namespace,
+            fence_ttl,
+            connect_timeout,
+        } = config;
+        let scripts = Arc::new(Scripts {
+            acquire: Script::new(ACQUIRE),
+            release: Script::new(RELEASE),
+            extend: Script::new(EXTEND),
+        });
+        let waiters = Arc::new(Waiters::default());
+        let backend = Self {
+            pool,
+            conn: ArcSwapOption::empty(),
+            scripts,
+            hub: client.map(|client| Hub::new(client, waiters.clone(), connect_timeout)),
+            waiters,
+            fence_ttl_ms: millis(fence_ttl),
+            namespace,
+            address,
+        };
+        let first = tokio::time::timeout(connect_timeout, async {
+            let mut conn = backend.conn().await?;
+            for script in [
+                &backend.scripts.acquire,
+                &backend.scripts.release,
+                &backend.scripts.extend,
+            ] {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(|e| backend.error("load the lock scripts", e))?;
+            }
+            Ok::<_, LockError>(())
+        })
+        .await;
+        match first {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(LockError::backend(
+                    format!("cannot connect to redis at {}", backend.address),
+                    format!("no answer within {connect_timeout:?}"),
+                ));
+            }
+        }
+        Ok(backend)
+    }
+
+    /// The shared multiplexed connection, opened from the pool when there is none.
+    async fn conn(&self) -> Result<MultiplexedConnection, LockError> {
+        if let Some(conn) = &*self.conn.load() {
+            return Ok(MultiplexedConnection::clone(conn));
+        }
+        let pooled = self.pool.get().await.map_err(|e| {
+            let source: Box<dyn std::error::Error + Send + Sync> = match e {
+                bb8::RunError::User(e) => Box::new(e),
+                bb8::RunError::TimedOut => "timed out waiting for a pooled connection".into(),
+            };
+            LockError::backend(
+                format!("cannot connect to redis at {}", self.address),
+                source,
+            )
+        })?;
+        let conn = MultiplexedConnection::clone(&pooled);
+        drop(pooled);
+        self.conn.store(Some(Arc::new(conn.clone())));
+        Ok(conn)
+    }
+
+    /// Wraps a command failure; forgets the shared connection when it is broken.
+    fn error(&self, what: &str, e: RedisError) -> LockError {
+        if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
+            self.conn.store(None);
+        }
+        LockError::backend(format!("{what} on redis at {}", self.address), e)
+    }
+
+    /// The lock's key, `P{N}`.
+    pub(crate) fn lock_key(&self, name: &str) -> String {
+        let mut key = String::with_capacity(self.namespace.len() + name.len() + 2);
+        key.push_str(&self.namespace);
+        key.push('{');
+        key.push_str(name);
+        key.push('}');
+        key
+    }
+
+    pub(crate) async fn try_acquire(
+        &self,
+        name: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<Attempt, LockError> {
+        let conn = self.conn().await?;
+        let key = self.lock_key(name);
+        let fence_key = format!("{key}{FENCE_SUFFIX}");
+        // If this future is dropped while the script is in flight, or the reply is lost,
+        // the lock may have been taken: give it back by token, on the same connection so
+        // the release runs after the acquire.
+        let mut pending = PendingAcquire {
+            backend: self,
+            conn,
+            key: &key,
+            token,
+            armed: true,
+        };
+        let reply: Result<(i64, i64), RedisError> = self
+            .scripts
+            .acquire
+            .key(&key)
+            .key(&fence_key)
+            .arg(token)
+            .arg(millis(lease))
+            .arg(self.fence_ttl_ms)
+            .invoke_async(&mut pending.conn)
+            .await;
+        let (acquired, value) = reply.map_err(|e| self.error("acquire", e))?;
+        pending.armed = false;
+        Ok(if acquired == 1 {
+            Attempt::Acquired {
+                fence: u64::try_from(value).unwrap_or_default(),
+            }
+        } else {
+            Attempt::Held {
+                ttl: u64::try_from(value).ok().map(Duration::from_millis),
+            }
+        })
+    }
+
+    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<bool, LockError> {
+        let mut conn = self.conn().await?;
+        release_on(&self.scripts, &mut conn, &self.lock_key(name), token)
+            .await
+            .map_err(|e| self.error("release", e))
+    }
+
+    /// Releases in a background task; used when a guard is dropped.
+    pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str) {
+        let backend = self.clone();
+        let (name, token) = (name.to_owned(), token.to_owned());
+        spawn_or_warn(&name.clone(), async move {
+            if let Err(e) = backend.release(&name, &token).await {
+                tracing::warn!(key = %name, error = %e, "background release failed; the lease will expire");
+            }
+        });
+    }
+
+    pub(crate) async fn extend(
+        &self,
+        name: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<bool, LockError> {
+        let mut conn = self.conn().await?;
+        let reply: i64 = self
+            .scripts
+            .extend
+            .key(self.lock_key(name))
+            .arg(token)
+            .arg(millis(lease))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.error("extend", e))?;
+        Ok(reply == 1)
+    }
+
+    pub(crate) async fn is_held(&self, name: &str, token: &str) -> Result<bool, LockError> {
+        let mut conn = self.conn().await?;
+        let owner: Option<String> = redis::cmd("GET")
+            .arg(self.lock_key(name))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.error("read the owner", e))?;
+        Ok(owner.as_deref() == Some(token))
+    }
+
+    /// Renews many leases with pipelined compare-and-pexpire calls: one write per chunk,
+    /// not one round trip per lease. The result says, per lease, whether it is still ours.
+    pub(crate) async fn renew_many(
+        &self,
+        items: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, LockError> {
+        let mut conn = self.conn().await?;
+        let mut held = Vec::with_capacity(items.len());
+        for chunk in items.chunks(RENEW_CHUNK) {
+            let mut pipe = redis::pipe();
+            for (name, token, lease) in chunk {
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.extend.get_hash())
+                    .arg(1)
+                    .arg(self.lock_key(name))
+                    .arg(*token)
+                    .arg(millis(*lease));
+            }
+            let mut reply: Result<Vec<i64>, RedisError> = pipe.query_async(&mut conn).await;
+            if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+            {
+                // The server lost its script cache (a restart, SCRIPT FLUSH): load and retry.
+                self.scripts
+                    .extend
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(|e| self.error("load the extend script", e))?;
+                reply = pipe.query_async(&mut conn).await;
+            }
+            let reply = reply.map_err(|e| self.error("renew leases", e))?;
+            held.extend(reply.into_iter().map(|r| r == 1));
+        }
+        Ok(held)
+    }
+
+    /// Registers a waiter for `name` and makes sure release messages for it are delivered.
+    pub(crate) fn join(&self, name: &str) -> (Arc<str>, Arc<Slot>) {
+        let key: Arc<str> = self.lock_key(name).into();
+        let slot = match &self.hub {
+            Some(hub) => {
+                hub.ensure_running();
+                self.waiters.join(&key, |edge| {
+                    if edge == Edge::Changed {
+                        hub.send(HubCmd::Subscribe(key.clone()));
+                    }
+                })
+            }
+            None => self.waiters.join(&key, |_| {}),
+        };
+        (key, slot)
+    }
+
+    pub(crate) fn leave(&self, key: &Arc<str>, slot: &Arc<Slot>) {
+        self.waiters.leave(key, slot, |edge| {
+            if let (Some(hub), Edge::Changed) = (&self.hub, edge) {
+                hub.send(HubCmd::Unsubscribe(key.clone()));
+            }
+        });
+    }
+
+    /// Whether waiters can count on release messages (a url was given for pub/sub).
+    pub(crate) fn has_pubsub(&self) -> bool {
+        self.hub.is_some()
+    }
+}
+
+async fn release_on(
+    scripts: &Scripts,
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    token: &str,
+) -> Result<bool, RedisError> {
+    let reply: i64 = scripts
+        .release
+        .key(key)
+        .key(format!("{key}{CHANNEL_SUFFIX}"))
+        .arg(token)
+        .invoke_async(conn)
+        .await?;
+    Ok(reply == 1)
+}
+
+/// Gives a lock back by token if an acquire was cut short after it was sent.
+struct PendingAcquire<'a> {
+    backend: &'a RedisBackend,
+    conn: MultiplexedConnection,
+    key: &'a str,
+    token: &'a str,
+    armed: bool,
+}
+
+impl Drop for PendingAcquire<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let scripts = self.backend.scripts.clone();
+        let mut conn = self.conn.clone();
+        let (key, token) = (self.key.to_owned(), self.token.to_owned());
+        spawn_or_warn(self.key, async move {
+            if let Err(e) = release_on(&scripts, &mut conn, &key, &token).await {
+                tracing::warn!(key = %key, error = %e, "could not give back an interrupted acquire; the lease will expire");
+            }
+        });
+    }
+}
+
+fn spawn_or_warn(key: &str, fut: impl Future<Output = ()> + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn(fut);
+        }
+        Err(_) => {
+            tracing::warn!(key = %key, "no tokio runtime to release the lock in; the lease will expire");
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Strips the user name and password from a Redis URL, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[derive(Debug)]
+enum HubCmd {
+    Subscribe(Arc<str>),
+    Unsubscribe(Arc<str>),
+}
+
+/// The pub/sub side of a `Locker`: one task owning one dedicated pub/sub connection,
+/// subscribed to the release channel of every lock that has local waiters. It runs only
+/// while there is something to wait for, reconnects with backoff, and when the
+/// connection drops it wakes every waiter, since messages may have been missed.
+#[derive(Debug)]
+struct Hub {
+    client: redis::Client,
+    waiters: Arc<Waiters>,
+    connect_timeout: Duration,
+    tx: Mutex<Option<mpsc::UnboundedSender<HubCmd>>>,
+}
+
+impl Hub {
+    fn new(client: redis::Client, waiters: Arc<Waiters>, connect_timeout: Duration) -> Self {
+        Self {
+            client,
+            waiters,
+            connect_timeout,
+            tx: Mutex::new(None),
+        }
+    }
+
+    /// Starts the hub task if it is not running (first use, or its runtime is gone).
+    fn ensure_running(&self) {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if tx.as_ref().is_some_and(|tx| !tx.is_closed()) {
+            return;
+        }
+        let (new_tx, rx) = mpsc::unbounded_channel();
+        // Locks that already have waiters (from a hub that died with its runtime).
+        for key in self.waiters.keys() {
+            let _ = new_tx.send(HubCmd::Subscribe(key));
+        }
+        tokio::spawn(run_hub(
+            self.client.clone(),
+            self.waiters.clone(),
+            self.connect_timeout,
+            rx,
+        ));
+        *tx = Some(new_tx);
+    }
+
+    fn send(&self, cmd: HubCmd) {
+        if let Some(tx) = &*self.tx.lock().unwrap_or_else(|e| e.into_inner()) {
+            // A closed hub is restarted, with every current key, by the next waiter.
+            let _ = tx.send(cmd);
+        }
+    }
+}
+
+fn channel(key: &str) -> String {
+    format!("{key}{CHANNEL_SUFFIX}")
+}
+
+enum HubEvent {
+    Cmd(Option<HubCmd>),
+    Message(Option<redis::Msg>),
+    Retry,
+}
+
+async fn run_hub(
+    client: redis::Client,
+    waiters: Arc<Waiters>,
+    connect_timeout: Duration,
+    mut rx: mpsc::UnboundedReceiver<HubCmd>,
+) {
+    const MIN_BACKOFF: Duration = Duration::from_millis(50);
+    let mut desired: HashSet<Arc<str>> = HashSet::new();
+    let mut sink: Option<PubSubSink> = None;
+    let mut stream: Option<PubSubStream> = None;
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        if sink.is_none() && !desired.is_empty() {
+            match connect_pubsub(&client, connect_timeout, &desired).await {
+                Ok((new_sink, new_stream)) => {
+                    tracing::debug!(channels = desired.len(), "pub/sub connected");
+                    for key in &desired {
+                        waiters.set_ready(key, true);
+                    }
+                    sink = Some(new_sink);
+                    stream = Some(new_stream);
+                    backoff = MIN_BACKOFF;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "pub/sub connection failed; waiters poll until it is back");
+                }
+            }
+        }
+        let event = tokio::select! {
+            cmd = rx.recv() => HubEvent::Cmd(cmd),
+            msg = async { stream.as_mut()?.next().await }, if stream.is_some() => HubEvent::Message(msg),
+            () = tokio::time::sleep(backoff), if sink.is_none() && !desired.is_empty() => HubEvent::Retry,
+        };
+        match event {
+            HubEvent::Cmd(None) => return,
+            HubEvent::Cmd(Some(HubCmd::Subscribe(key))) => {
+                if let Some(s) = &mut sink {
+                    match s.subscribe(channel(&key)).await {
+                        Ok(()) => waiters.set_ready(&key, true),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "pub/sub subscribe failed; reconnecting");
+                            (sink, stream) = (None, None);
+                            waiters.wake_all_unready();
+                        }
+                    }
+                }
+                desired.insert(key);
+            }
+            HubEvent::Cmd(Some(HubCmd::Unsubscribe(key))) => {
+                desired.remove(&key);
+                if let Some(s) = &mut sink
+                    && let Err(e) = s.unsubscribe(channel(&key)).await
+                {
+                    tracing::warn!(error = %e, "pub/sub unsubscribe failed; reconnecting");
+                    (sink, stream) = (None, None);
+                    waiters.wake_all_unready();
+                }
+            }
+            HubEvent::Message(Some(msg)) => {
+                if let Some(key) = msg.get_channel_name().strip_suffix(CHANNEL_SUFFIX) {
+                    waiters.wake_one(key);
+                }
+            }
+            HubEvent::Message(None) => {
+                tracing::warn!("pub/sub connection lost; reconnecting");
+                (sink, stream) = (None, None);
+                waiters.wake_all_unready();
+            }
+            HubEvent::Retry => backoff = (backoff * 2).min(Duration::from_secs(2)),
+        }
+    }
+}
+
+async fn connect_pubsub(
+    client: &redis::Client,
+    connect_timeout: Duration,
+    channels: &HashSet<Arc<str>>,
+) -> Result<(PubSubSink, PubSubStream), RedisError> {
+    let connect = async {
+        let (mut sink, stream) = client.get_async_pubsub().await?.split();
+        let names: Vec<String> = channels.iter().map(|k| channel(k)).collect();
+        sink.subscribe(&names).await?;
+        Ok((sink, stream))
+    };
+    tokio::time::timeout(connect_timeout, connect)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "pub/sub connect timed out",
+            )))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_credentials() {
+        assert_eq!(
+            redact("redis://user:secret@db.internal:6380/2"),
+            "redis://***@db.internal:6380/2"
+        );
+        assert_eq!(redact("redis://:p@ss@h:1"), "redis://***@h:1");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

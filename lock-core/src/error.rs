@@ -1,0 +1,208 @@
+//! The one error type of the crate.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+/// Everything that can go wrong while taking, keeping or giving back a lock.
+///
+/// Match on it, or ask with the `is_*` helpers, which keep working when new variants
+/// are added:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use lock_core::{LockOptions, Locker};
+///
+/// let locker = Locker::in_memory();
+/// let _held = locker.lock("report:7").await.unwrap();
+///
+/// // another task finds the lock taken
+/// let other = locker.clone();
+/// let err = tokio::spawn(async move {
+///     other
+///         .lock_with("report:7", LockOptions::new().wait(Duration::ZERO))
+///         .await
+///         .unwrap_err()
+/// })
+/// .await
+/// .unwrap();
+/// assert!(err.is_timeout());
+/// // how long the current holder's lease still runs, for a `Retry-After`
+/// assert!(err.retry_after().is_some());
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock stayed held by someone else for the whole wait.
+    #[error("timed out after {waited:?} waiting for lock {key:?}")]
+    Timeout {
+        /// The lock's name.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+        /// The holder's remaining lease at the last attempt, when known.
+        holder_ttl: Option<Duration>,
+    },
+    /// The caller does not own the lock (any more): its lease ran out, or another owner
+    /// holds it now. Nothing was changed.
+    #[error("lock {key:?} is not held by this owner")]
+    NotHeld {
+        /// The lock's name.
+        key: String,
+    },
+    /// The lease ran out before it could be renewed: another owner may hold the lock now.
+    #[error("lock {key:?} was lost: its lease ran out before it could be renewed")]
+    Lost {
+        /// The lock's name.
+        key: String,
+    },
+    /// The key cannot name a lock. Nothing was sent to the backend.
+    #[error("invalid lock key {key:?}: {reason}")]
+    InvalidKey {
+        /// The offending key, cut to its first 64 characters.
+        key: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// Too few of the independent masters agreed.
+    #[error("lock {key:?}: quorum not reached ({acquired} of {needed} masters)")]
+    Quorum {
+        /// The lock's name.
+        key: String,
+        /// How many masters granted the lock.
+        acquired: usize,
+        /// How many were needed.
+        needed: usize,
+    },
+    /// The backend could not be reached or answered with an error.
+    #[error("redis backend: {context}")]
+    Backend {
+        /// What was being done, and where (passwords are never included).
+        context: String,
+        /// The underlying failure.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+    /// A setting or an argument is not usable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl LockError {
+    /// The wait ran out while someone else held the lock.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
+    }
+
+    /// A release or extend by someone who does not own the lock.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Self::NotHeld { .. })
+    }
+
+    /// The lease ran out while the lock was thought held.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// The key was refused before any I/O.
+    pub fn is_invalid_key(&self) -> bool {
+        matches!(self, Self::InvalidKey { .. })
+    }
+
+    /// The backend was unreachable or failed.
+    pub fn is_backend(&self) -> bool {
+        matches!(self, Self::Backend { .. })
+    }
+
+    /// A quorum of independent masters could not be reached.
+    pub fn is_quorum(&self) -> bool {
+        matches!(self, Self::Quorum { .. })
+    }
+
+    /// A setting or argument was refused.
+    pub fn is_config(&self) -> bool {
+        matches!(self, Self::Config(..))
+    }
+
+    /// For a timeout, how long the holder's lease still ran at the last attempt: a
+    /// sensible `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Timeout { holder_ttl, .. } => *holder_ttl,
+            _ => None,
+        }
+    }
+
+    /// The lock's name the error is about, where there is one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Self::Timeout { key, .. }
+            | Self::NotHeld { key }
+            | Self::Lost { key }
+            | Self::InvalidKey { key, .. }
+            | Self::Quorum { key, .. } => Some(key),
+            Self::Backend { .. } | Self::Config(..) => None,
+        }
+    }
+
+    pub(crate) fn backend(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        Self::Backend {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_lowercase_without_trailing_period() {
+        let errors = [
+            LockError::Timeout {
+                key: "k".into(),
+                waited: Duration::from_millis(5),
+                holder_ttl: None,
+            },
+            LockError::NotHeld { key: "k".into() },
+            LockError::Lost { key: "k".into() },
+            LockError::InvalidKey {
+                key: String::new(),
+                reason: "it is empty".into(),
+            },
+            LockError::Quorum {
+                key: "k".into(),
+                acquired: 1,
+                needed: 2,
+            },
+            LockError::backend("connect to 127.0.0.1:1", "connection refused"),
+            LockError::Config("lease must be at least 1ms".into()),
+        ];
+        for err in errors {
+            let msg = err.to_string();
+            assert!(!msg.ends_with('.'), "{msg}");
+            assert!(msg.starts_with(|c: char| c.is_lowercase()), "{msg}");
+        }
+    }
+
+    #[test]
+    fn helpers_match_variants() {
+        let timeout = LockError::Timeout {
+            key: "k".into(),
+            waited: Duration::ZERO,
+            holder_ttl: Some(Duration::from_secs(3)),
+        };
+        assert!(timeout.is_timeout() && !timeout.is_lost());
+        assert_eq!(timeout.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(timeout.key(), Some("k"));
+        assert!(LockError::NotHeld { key: "k".into() }.is_not_held());
+        assert!(LockError::backend("x", "y").is_backend());
+        assert!(LockError::backend("x", "y").key().is_none());
+    }
+}

@@ -1,0 +1,481 @@
+//! The entry point: `Locker`, its builder, and the process-wide default.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bb8_redis::RedisConnectionManager;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::{RedisBackend, RedisConfig, redact};
+use crate::backend::{Attempt, Backend};
+use crate::guard::{Lease, LockGuard};
+use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE, Resolved};
+use crate::reentrancy::{Context, HoldEnd, Holds};
+use crate::watchdog::Watchdog;
+use crate::{LockError, LockOptions, key};
+
+/// The namespace every Redis key gets unless told otherwise.
+pub const DEFAULT_NAMESPACE: &str = "lock:";
+/// How long a fence counter outlives its lock's last acquisition, unless told otherwise.
+pub const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long connecting to Redis may take, unless told otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
+
+/// Takes and gives back locks. Cheap to clone (an `Arc` inside): make one per process and
+/// share it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use lock_core::Locker;
+///
+/// // `Locker::connect("redis://127.0.0.1/").await?` for Redis; the in-memory backend
+/// // has the same semantics within one process.
+/// let locker = Locker::in_memory();
+///
+/// let guard = locker.lock("balance:42").await?;       // waits up to the default 10 s
+/// assert!(locker.try_lock("balance:42").await?.is_some(), "same task: re-entered");
+/// let other = tokio::spawn({
+///     let locker = locker.clone();
+///     async move { locker.try_lock("balance:42").await.map(|g| g.is_some()) }
+/// });
+/// assert!(!other.await.unwrap()?, "another task must wait");
+/// guard.release().await?;
+///
+/// // Or run a future under the lock; it is cancelled if the lease is lost.
+/// let balance = locker.with_lock("balance:42", async { 100 + 5 }).await?;
+/// assert_eq!(balance, 105);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Backend,
+    defaults: Defaults,
+    max_key_len: usize,
+    holds: Holds,
+    watchdog: Watchdog,
+    epoch: Instant,
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match &self.inner.backend {
+            Backend::Redis(_) => "redis",
+            Backend::Memory(_) => "memory",
+        };
+        f.debug_struct("Locker")
+            .field("backend", &backend)
+            .field("default_lease", &self.inner.defaults.lease)
+            .field("default_wait", &self.inner.defaults.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locker {
+    /// Connects to the Redis at `url` (`redis://[user:password@]host[:port][/db]`) with a
+    /// bb8 pool and the default settings. Fails within the connect timeout when the
+    /// server cannot be reached, naming the address (never the password) and the cause.
+    pub async fn connect(url: &str) -> Result<Locker, LockError> {
+        Self::builder().url(url).build().await
+    }
+
+    /// Starts configuring a `Locker`.
+    pub fn builder() -> LockerBuilder {
+        LockerBuilder::default()
+    }
+
+    /// A `Locker` whose locks live in this process's memory, with the same semantics as
+    /// Redis (leases, fencing tokens, wake-ups, errors) on tokio's clock, so
+    /// `tokio::time::pause()` applies. For single-process services and for tests.
+    pub fn in_memory() -> Locker {
+        Self::from_backend(
+            Backend::Memory(MemoryBackend::new(DEFAULT_FENCE_TTL)),
+            Defaults {
+                lease: DEFAULT_LEASE,
+                wait: DEFAULT_WAIT,
+            },
+            key::DEFAULT_MAX_KEY_LEN,
+        )
+    }
+
+    fn from_backend(backend: Backend, defaults: Defaults, max_key_len: usize) -> Locker {
+        Locker {
+            inner: Arc::new(Inner {
+                backend,
+                defaults,
+                max_key_len,
+                holds: Holds::default(),
+                watchdog: Watchdog::default(),
+                epoch: Instant::now(),
+            }),
+        }
+    }
+
+    /// Makes `locker` the process-wide default (replacing any earlier one), used where no
+    /// locker is named, as by `#[distributed_lock]` without `locker = ..`.
+    pub fn set_global(locker: Locker) {
+        *GLOBAL.write().unwrap_or_else(|e| e.into_inner()) = Some(locker);
+    }
+
+    /// The process-wide default set with [`set_global`](Self::set_global), if any.
+    pub fn global() -> Option<Locker> {
+        GLOBAL.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    pub(crate) fn end_hold(&self, lease: &Arc<Lease>) -> HoldEnd {
+        self.inner.holds.end(lease)
+    }
+
+    /// Takes the lock `key`, waiting up to the default wait (10 s unless configured) for
+    /// its holder to release it; [`LockError::Timeout`] after that.
+    pub async fn lock(&self, key: &str) -> Result<LockGuard, LockError> {
+        self.lock_with(key, LockOptions::new()).await
+    }
+
+    /// Takes the lock `key` with the given wait, lease and watchdog settings.
+    pub async fn lock_with(&self, key: &str, opts: LockOptions) -> Result<LockGuard, LockError> {
+        key::check(key, self.inner.max_key_len)?;
+        let opts = opts.resolve(&self.inner.defaults)?;
+        let context = Context::current();
+        if let Some(lease) = self.inner.holds.reenter(key, context) {
+            tracing::trace!(key, "lock re-entered by the task that holds it");
+            return Ok(LockGuard::new(self.clone(), lease));
+        }
+        let name: Arc<str> = key.into();
+        let lease = self.acquire(name, context, opts).await?;
+        self.inner.holds.insert(lease.clone());
+        // Renewed while the guard lives, or, with the watchdog off, marked lost at its
+        // deadline.
+        self.inner.watchdog.watch(&self.inner, lease.clone());
+        Ok(LockGuard::new(self.clone(), lease))
+    }
+
+    /// Makes one attempt at the lock `key`: `Ok(None)` when someone else holds it.
+    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>, LockError> {
+        match self
+            .lock_with(key, LockOptions::new().wait(Duration::ZERO))
+            .await
+        {
+            Ok(guard) => Ok(Some(guard)),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `fut` under the lock `key` (default wait and lease) and releases it after.
+    /// If the lease is lost while `fut` runs, `fut` is dropped (cancelled) and the
+    /// result is [`LockError::Lost`]. Dropping the returned future releases the lock.
+    pub async fn with_lock<F: Future>(&self, key: &str, fut: F) -> Result<F::Output, LockError> {
+        self.with_lock_opts(key, LockOptions::new(), fut).await
+    }
+
+    /// [`with_lock`](Self::with_lock) with options.
+    pub async fn with_lock_opts<F: Future>(
+        &self,
+        key: &str,
+        opts: LockOptions,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        let guard = self.lock_with(key, opts).await?;
+        let out = guard.scope(fut).await?;
+        if let Err(e) = guard.release().await {
+            // The work is done and was done under the lock; its result stands.
+            tracing::warn!(key, error = %e, "release after with_lock failed");
+        }
+        Ok(out)
+    }
+
+    async fn acquire(
+        &self,
+        name: Arc<str>,
+        context: Context,
+        opts: Resolved,
+    ) -> Result<Arc<Lease>, LockError> {
+        let backend = &self.inner.backend;
+        let token = uuid::Uuid::new_v4().to_string();
+        let start = Instant::now();
+        let granted = |fence: u64, sent_at: Instant| {
+            tracing::debug!(key = %name, fence, "lock acquired");
+            Arc::new(Lease::new(
+                name.clone(),
+                token.clone(),
+                fence,
+                context,
+                opts.lease,
+                opts.watchdog,
+                sent_at,
+                self.inner.epoch,
+            ))
+        };
+        // The uncontended path: one round trip, nothing registered.
+        let holder_ttl = match backend.try_acquire(&name, &token, opts.lease).await? {
+            Attempt::Acquired { fence } => return Ok(granted(fence, start)),
+            Attempt::Held { ttl } => ttl,
+        };
+        let deadline = start + opts.wait;
+        if opts.wait.is_zero() {
+            return Err(timeout(&name, start, holder_ttl));
+        }
+        let span = tracing::debug_span!("lock.wait", key = %name, wait = ?opts.wait);
+        async {
+            let ticket = backend.wait_for(&name);
+            // Subscribed before the next attempt, so no release can slip between the
+            // attempt and the wait.
+            ticket
+                .until_ready(deadline.saturating_duration_since(Instant::now()))
+                .await;
+            let mut failed = 0u32;
+            loop {
+                let woken = ticket.slot.wake().notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let sent_at = Instant::now();
+                let holder_ttl = match backend.try_acquire(&name, &token, opts.lease).await? {
+                    Attempt::Acquired { fence } => return Ok(granted(fence, sent_at)),
+                    Attempt::Held { ttl } => ttl,
+                };
+                failed += 1;
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(timeout(&name, start, holder_ttl));
+                }
+                let nap = backend
+                    .poll_interval(holder_ttl, &ticket, failed)
+                    .min(deadline - now);
+                tokio::select! {
+                    () = woken => tracing::trace!("woken by a release"),
+                    () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+fn timeout(name: &str, start: Instant, holder_ttl: Option<Duration>) -> LockError {
+    let waited = start.elapsed();
+    tracing::debug!(key = name, ?waited, "lock wait timed out");
+    LockError::Timeout {
+        key: name.to_owned(),
+        waited,
+        holder_ttl,
+    }
+}
+
+/// Configures a [`Locker`]. Every setting is optional except a backend: a Redis
+/// [`url`](Self::url), a bb8 [`pool`](Self::pool), or [`in_memory`](Self::in_memory).
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::Locker;
+///
+/// let locker = Locker::builder()
+///     .url("redis://127.0.0.1:6379/")
+///     .namespace("billing:lock:")
+///     .default_lease(Duration::from_secs(10))
+///     .default_wait(Duration::from_secs(2))
+///     .build()
+///     .await?;
+/// # let _ = locker;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Default)]
+pub struct LockerBuilder {
+    url: Option<String>,
+    pool: Option<bb8::Pool<RedisConnectionManager>>,
+    in_memory: bool,
+    namespace: Option<String>,
+    default_lease: Option<Duration>,
+    default_wait: Option<Duration>,
+    max_key_len: Option<usize>,
+    fence_ttl: Option<Duration>,
+    connect_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for LockerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockerBuilder")
+            .field("url", &self.url.as_deref().map(redact))
+            .field("pool", &self.pool.is_some())
+            .field("in_memory", &self.in_memory)
+            .field("namespace", &self.namespace)
+            .field("default_lease", &self.default_lease)
+            .field("default_wait", &self.default_wait)
+            .field("max_key_len", &self.max_key_len)
+            .field("fence_ttl", &self.fence_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl LockerBuilder {
+    /// The Redis server to use. With a [`pool`](Self::pool) too, commands go through the
+    /// pool and the url serves the pub/sub connection that wakes waiters.
+    pub fn url(mut self, url: &str) -> Self {
+        self.url = Some(url.to_owned());
+        self
+    }
+
+    /// A bb8 pool of Redis connections to use. Without a [`url`](Self::url) as well,
+    /// there is no pub/sub connection, and waiters poll (with backoff, bounded by the
+    /// holder's lease) instead of being woken at once.
+    pub fn pool(mut self, pool: bb8::Pool<RedisConnectionManager>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Keep the locks in this process's memory (see [`Locker::in_memory`]).
+    pub fn in_memory(mut self) -> Self {
+        self.in_memory = true;
+        self
+    }
+
+    /// The prefix of every Redis key (default `"lock:"`): lock `N` is the key `P{N}`.
+    /// Braces and control characters are refused.
+    pub fn namespace(mut self, prefix: &str) -> Self {
+        self.namespace = Some(prefix.to_owned());
+        self
+    }
+
+    /// The lease when a call does not set one (default 30 s).
+    pub fn default_lease(mut self, d: Duration) -> Self {
+        self.default_lease = Some(d);
+        self
+    }
+
+    /// The wait when a call does not set one (default 10 s).
+    pub fn default_wait(mut self, d: Duration) -> Self {
+        self.default_wait = Some(d);
+        self
+    }
+
+    /// The longest lock name accepted, in bytes (default 512).
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.max_key_len = Some(bytes);
+        self
+    }
+
+    /// How long a lock's fence counter is kept after its last acquisition (default
+    /// 7 days). Tokens stay increasing even after it expires: a new counter starts from
+    /// the server clock in microseconds.
+    pub fn fence_ttl(mut self, d: Duration) -> Self {
+        self.fence_ttl = Some(d);
+        self
+    }
+
+    /// How long connecting to Redis may take (default 5 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// Checks the settings and, for Redis, connects.
+    pub async fn build(self) -> Result<Locker, LockError> {
+        let defaults = Defaults {
+            lease: self.default_lease.unwrap_or(DEFAULT_LEASE),
+            wait: self.default_wait.unwrap_or(DEFAULT_WAIT),
+        };
+        if defaults.lease < MIN_LEASE {
+            return Err(LockError::Config(format!(
+                "default lease must be at least {MIN_LEASE:?}, got {:?}",
+                defaults.lease
+            )));
+        }
+        let max_key_len = self.max_key_len.unwrap_or(key::DEFAULT_MAX_KEY_LEN);
+        if max_key_len == 0 {
+            return Err(LockError::Config(
+                "max key length must be at least 1".into(),
+            ));
+        }
+        let fence_ttl = self.fence_ttl.unwrap_or(DEFAULT_FENCE_TTL);
+        if fence_ttl < Duration::from_secs(1) {
+            return Err(LockError::Config(format!(
+                "fence ttl must be at least 1s, got {fence_ttl:?}"
+            )));
+        }
+        let namespace = self
+            .namespace
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        if namespace.contains(['{', '}']) || namespace.chars().any(char::is_control) {
+            return Err(LockError::Config(format!(
+                "namespace {namespace:?} must not contain braces or control characters"
+            )));
+        }
+        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+
+        let backend = match (self.in_memory, self.url, self.pool) {
+            (true, None, None) => Backend::Memory(MemoryBackend::new(fence_ttl)),
+            (true, _, _) => {
+                return Err(LockError::Config(
+                    "in_memory() cannot be combined with url(..) or pool(..)".into(),
+                ));
+            }
+            (false, None, None) => {
+                return Err(LockError::Config(
+                    "no backend: call url(..), pool(..) or in_memory() on the builder".into(),
+                ));
+            }
+            (false, url, pool) => {
+                let client = url
+                    .as_deref()
+                    .map(|url| {
+                        redis::Client::open(url).map_err(|e| {
+                            LockError::Config(format!("invalid redis url {}: {e}", redact(url)))
+                        })
+                    })
+                    .transpose()?;
+                let address = client.as_ref().map_or_else(
+                    || "the pooled server".to_owned(),
+                    |c| c.get_connection_info().addr().to_string(),
+                );
+                let pool = match (pool, &client) {
+                    (Some(pool), _) => pool,
+                    (None, client) => {
+                        let info = client
+                            .as_ref()
+                            .map(|c| c.get_connection_info().clone())
+                            .ok_or_else(|| LockError::Config("no redis url".into()))?;
+                        let manager = RedisConnectionManager::new(info)
+                            .map_err(|e| LockError::Config(format!("invalid redis url: {e}")))?;
+                        bb8::Pool::builder()
+                            .max_size(4)
+                            .test_on_check_out(false)
+                            .connection_timeout(connect_timeout)
+                            .build_unchecked(manager)
+                    }
+                };
+                Backend::Redis(Arc::new(
+                    RedisBackend::connect(RedisConfig {
+                        client,
+                        pool,
+                        address,
+                        namespace,
+                        fence_ttl,
+                        connect_timeout,
+                    })
+                    .await?,
+                ))
+            }
+        };
+        Ok(Locker::from_backend(backend, defaults, max_key_len))
+    }
+}

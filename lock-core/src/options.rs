@@ -1,0 +1,135 @@
+//! Per-call settings.
+
+use std::time::Duration;
+
+use crate::LockError;
+
+/// The lease a lock gets unless told otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// How long `lock` waits for a held lock unless told otherwise.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// How one acquisition waits and how long its lease runs. Unset fields take the
+/// [`Locker`](crate::Locker)'s defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::LockOptions;
+///
+/// let opts = LockOptions::new()
+///     .wait(Duration::from_secs(2))       // give up after 2 s
+///     .lease(Duration::from_secs(5))      // each lease runs 5 s ...
+///     .watchdog(true);                    // ... and is renewed while the guard lives
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) watchdog: bool,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LockOptions {
+    /// The Locker's defaults, watchdog on.
+    pub fn new() -> Self {
+        Self {
+            wait: None,
+            lease: None,
+            watchdog: true,
+        }
+    }
+
+    /// How long to wait for a held lock. `Duration::ZERO` makes exactly one attempt.
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = Some(d);
+        self
+    }
+
+    /// How long each lease runs. While the watchdog is on, the lease is renewed every
+    /// third of it; with the watchdog off the lock simply expires after it.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = Some(d);
+        self
+    }
+
+    /// Whether to keep renewing the lease while the guard lives (default: on).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    pub(crate) fn resolve(self, defaults: &Defaults) -> Result<Resolved, LockError> {
+        let lease = self.lease.unwrap_or(defaults.lease);
+        if lease < MIN_LEASE {
+            return Err(LockError::Config(format!(
+                "lease must be at least {MIN_LEASE:?}, got {lease:?}"
+            )));
+        }
+        Ok(Resolved {
+            wait: self.wait.unwrap_or(defaults.wait),
+            lease,
+            watchdog: self.watchdog,
+        })
+    }
+}
+
+/// A Locker's defaults.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Defaults {
+    pub(crate) lease: Duration,
+    pub(crate) wait: Duration,
+}
+
+/// Options with every default filled in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resolved {
+    pub(crate) wait: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) watchdog: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULTS: Defaults = Defaults {
+        lease: DEFAULT_LEASE,
+        wait: DEFAULT_WAIT,
+    };
+
+    #[test]
+    fn unset_fields_take_defaults() {
+        let r = LockOptions::new().resolve(&DEFAULTS).unwrap();
+        assert_eq!(
+            (r.wait, r.lease, r.watchdog),
+            (DEFAULT_WAIT, DEFAULT_LEASE, true)
+        );
+        let r = LockOptions::new()
+            .wait(Duration::ZERO)
+            .lease(Duration::from_secs(1))
+            .watchdog(false)
+            .resolve(&DEFAULTS)
+            .unwrap();
+        assert_eq!(
+            (r.wait, r.lease, r.watchdog),
+            (Duration::ZERO, Duration::from_secs(1), false)
+        );
+    }
+
+    #[test]
+    fn tiny_lease_is_refused() {
+        let err = LockOptions::new()
+            .lease(Duration::from_millis(1))
+            .resolve(&DEFAULTS)
+            .unwrap_err();
+        assert!(err.is_config(), "{err}");
+    }
+}

@@ -1,0 +1,19 @@
+-- Take an exclusive lock and draw its fencing token, in one round trip.
+-- KEYS[1] lock key        P{N}        string holding the owner's token
+-- KEYS[2] fence counter   P{N}:fence  integer, strictly increasing per lock
+-- ARGV[1] owner token (uuid v4)
+-- ARGV[2] lease in milliseconds
+-- ARGV[3] expiry of the fence counter in milliseconds (refreshed on every acquisition)
+-- Returns {1, fence} when acquired, {0, pttl of the holder} when held.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    -- A counter that expired while idle, or was lost with a restarted server, starts
+    -- from the server clock in microseconds, so tokens never go backwards.
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, fence}
+end
+return {0, redis.call('PTTL', KEYS[1])}

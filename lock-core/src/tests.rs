@@ -1,0 +1,316 @@
+//! Semantics of the exclusive lock on the in-memory backend, on paused tokio time so
+//! leases, renewals and waits are exact and instant. The same behaviours are checked
+//! against a real redis-server in the `lock-tests` package.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::{LockOptions, Locker};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn evict(locker: &Locker, key: &str) {
+    match locker.backend() {
+        Backend::Memory(m) => m.evict(key),
+        Backend::Redis(_) => unreachable!("in-memory tests only"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn mutual_exclusion_under_contention() {
+    let locker = Locker::in_memory();
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (locker, counter) = (locker.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..50 {
+                let guard = locker.lock("counter").await.unwrap();
+                // A deliberately non-atomic read-yield-write.
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 64 * 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_owner_can_release_or_extend() {
+    let locker = Locker::in_memory();
+    let short = LockOptions::new().lease(SEC).watchdog(false);
+    let first = locker.lock_with("k", short).await.unwrap();
+    tokio::time::advance(SEC).await;
+    let second = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock_with("k", LockOptions::new().wait(Duration::ZERO))
+                .await
+        }
+    })
+    .await
+    .unwrap()
+    .expect("an expired lease frees the lock");
+
+    assert!(first.extend(SEC).await.unwrap_err().is_not_held());
+    assert!(!first.is_held().await.unwrap());
+    assert!(first.release().await.unwrap_err().is_not_held());
+    assert!(
+        second.is_held().await.unwrap(),
+        "the new owner's lock was touched"
+    );
+    assert!(second.fencing_token() > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchdog_keeps_a_short_lease_alive() {
+    let locker = Locker::in_memory();
+    let guard = locker
+        .lock_with("k", LockOptions::new().lease(SEC))
+        .await
+        .unwrap();
+    let lost = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (lost, signal) = (lost.clone(), guard.lost());
+        async move {
+            signal.await;
+            lost.store(true, Ordering::SeqCst);
+        }
+    });
+    tokio::time::sleep(5 * SEC).await;
+    assert!(guard.is_held().await.unwrap());
+    assert!(!lost.load(Ordering::SeqCst));
+    let other = locker.clone();
+    let attempt = tokio::spawn(async move { other.try_lock("k").await.unwrap().is_some() });
+    assert!(!attempt.await.unwrap(), "another task got a renewed lock");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_watchdog_the_lease_expires_and_the_guard_is_lost() {
+    let locker = Locker::in_memory();
+    let guard = locker
+        .lock_with("k", LockOptions::new().lease(SEC).watchdog(false))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    guard.lost().await;
+    assert_eq!(start.elapsed(), SEC);
+    assert!(!guard.is_held().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_the_key_is_detected_as_loss() {
+    let locker = Locker::in_memory();
+    let guard = locker
+        .lock_with("k", LockOptions::new().lease(3 * SEC))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    evict(&locker, "k");
+    guard.lost().await;
+    // found at the next renewal, a third of the lease later
+    assert_eq!(start.elapsed(), SEC);
+    assert!(!guard.is_held().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_cancels_the_body_when_the_lock_is_lost() {
+    let locker = Locker::in_memory();
+    let finished = Arc::new(AtomicBool::new(false));
+    let evictor = {
+        let locker = locker.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            evict(&locker, "k");
+        }
+    };
+    let body = {
+        let finished = finished.clone();
+        async move {
+            tokio::time::sleep(10 * SEC).await;
+            finished.store(true, Ordering::SeqCst);
+        }
+    };
+    let (result, ()) = tokio::join!(
+        locker.with_lock_opts("k", LockOptions::new().lease(SEC), body),
+        evictor
+    );
+    assert!(result.unwrap_err().is_lost());
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the body ran on after the loss"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fencing_tokens_strictly_increase() {
+    let locker = Locker::in_memory();
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (locker, tokens) = (locker.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let guard = locker.lock("fence").await.unwrap();
+                tokens.lock().unwrap().push(guard.fencing_token());
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 320);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens, in acquisition order, must strictly increase"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_hands_over_at_once_and_timeouts_are_exact() {
+    let locker = Locker::in_memory();
+    let guard = locker.lock("k").await.unwrap();
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker.lock("k").await.unwrap();
+            (Instant::now(), guard.fencing_token())
+        }
+    });
+    tokio::time::sleep(2 * SEC).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired_at, _) = waiter.await.unwrap();
+    assert_eq!(
+        acquired_at, released_at,
+        "the waiter was not woken by the release"
+    );
+
+    let _held = locker.lock("k").await.unwrap();
+    let other = locker.clone();
+    let start = Instant::now();
+    let err = tokio::spawn(async move {
+        other
+            .lock_with("k", LockOptions::new().wait(2 * SEC))
+            .await
+            .unwrap_err()
+    })
+    .await
+    .unwrap();
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(start.elapsed(), 2 * SEC);
+    assert!(err.retry_after().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_guards_and_futures_leaves_nothing_behind() {
+    let locker = Locker::in_memory();
+    let probe = |locker: &Locker| {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.try_lock("k").await.unwrap().is_some() })
+    };
+
+    drop(locker.lock("k").await.unwrap());
+    assert!(
+        probe(&locker).await.unwrap(),
+        "a dropped guard kept the lock"
+    );
+
+    let with_lock = locker.with_lock("k", std::future::pending::<()>());
+    assert!(
+        tokio::time::timeout(SEC, with_lock).await.is_err(),
+        "the body never ends"
+    );
+    assert!(
+        probe(&locker).await.unwrap(),
+        "a dropped with_lock kept the lock"
+    );
+
+    // a waiting acquire that is dropped unregisters and takes nothing
+    let guard = locker.lock("k").await.unwrap();
+    let other = locker.clone();
+    let waiting = tokio::spawn(async move { other.lock("k").await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    guard.release().await.unwrap();
+    assert!(probe(&locker).await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn reentrancy_is_per_task() {
+    let locker = Locker::in_memory();
+    let outer = locker.lock("k").await.unwrap();
+    let inner = locker
+        .try_lock("k")
+        .await
+        .unwrap()
+        .expect("same task re-enters");
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    let nested = locker
+        .with_lock("k", async { locker.with_lock("k", async { 7 }).await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(nested, 7);
+
+    // another task, on this same (current-thread) runtime thread, must wait
+    let probe = |locker: &Locker| {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.try_lock("k").await.unwrap().is_some() })
+    };
+    assert!(!probe(&locker).await.unwrap());
+    inner.release().await.unwrap();
+    assert!(!probe(&locker).await.unwrap(), "released by an inner hold");
+    outer.release().await.unwrap();
+    assert!(
+        probe(&locker).await.unwrap(),
+        "not released by the outermost hold"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_keys_and_settings_are_refused() {
+    let locker = Locker::in_memory();
+    for key in ["", "a\u{1}b", &"x".repeat(513)] {
+        assert!(locker.lock(key).await.unwrap_err().is_invalid_key());
+        assert!(locker.try_lock(key).await.unwrap_err().is_invalid_key());
+    }
+    let err = locker
+        .lock_with("k", LockOptions::new().lease(Duration::from_millis(1)))
+        .await
+        .unwrap_err();
+    assert!(err.is_config(), "{err}");
+
+    let small = Locker::builder()
+        .in_memory()
+        .max_key_len(4)
+        .build()
+        .await
+        .unwrap();
+    assert!(small.lock("abcde").await.unwrap_err().is_invalid_key());
+    assert!(small.lock("abcd").await.is_ok());
+    assert!(Locker::builder().build().await.unwrap_err().is_config());
+    assert!(
+        Locker::builder()
+            .url("redis://127.0.0.1:1/")
+            .namespace("a{b}")
+            .build()
+            .await
+            .unwrap_err()
+            .is_config()
+    );
+}
