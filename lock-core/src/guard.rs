@@ -231,6 +231,12 @@ impl LockGuard {
             .await
     }
 
+    /// Whether the watchdog found the lease lost (no I/O; see
+    /// [`is_held`](Self::is_held) to ask the backend).
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
     /// A future that resolves when the lease is lost: renewal failed (the key was
     /// deleted, taken over, or Redis was unreachable) until the lease ran out, or, with
     /// the watchdog off, the lease simply ran out. It never resolves for a lock that is

@@ -52,6 +52,7 @@ mod error;
 mod guard;
 mod key;
 mod locker;
+mod multi;
 mod options;
 mod reentrancy;
 mod waiters;
@@ -66,6 +67,7 @@ pub use key::{DEFAULT_MAX_KEY_LEN, LockKey};
 pub use locker::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_TTL, DEFAULT_NAMESPACE, Locker, LockerBuilder,
 };
+pub use multi::MultiGuard;
 pub use options::{DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
 
 /// The Redis client crates this crate is built on, re-exported so your versions match.

@@ -137,6 +137,14 @@ impl Locker {
         &self.inner.backend
     }
 
+    pub(crate) fn max_key_len(&self) -> usize {
+        self.inner.max_key_len
+    }
+
+    pub(crate) fn default_wait(&self) -> Duration {
+        self.inner.defaults.wait
+    }
+
     pub(crate) fn end_hold(&self, lease: &Arc<Lease>) -> HoldEnd {
         self.inner.holds.end(lease)
     }

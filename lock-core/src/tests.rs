@@ -314,3 +314,66 @@ async fn invalid_keys_and_settings_are_refused() {
             .is_config()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn opposite_multi_key_orders_never_deadlock() {
+    let locker = Locker::in_memory();
+    let balances = Arc::new(std::sync::Mutex::new([100i64, 100]));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (locker, balances) = (locker.clone(), balances.clone());
+        tasks.push(tokio::spawn(async move {
+            let (from, to) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+            let keys = [format!("acct:{from}"), format!("acct:{to}")];
+            for _ in 0..20 {
+                let moved = locker
+                    .with_locks(&keys, LockOptions::new().wait(5 * SEC), async {
+                        let snapshot = *balances.lock().unwrap();
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        let mut b = balances.lock().unwrap();
+                        b[from] = snapshot[from] - 1;
+                        b[to] = snapshot[to] + 1;
+                    })
+                    .await;
+                moved.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*balances.lock().unwrap(), [100, 100]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_all_gives_back_what_it_took_on_failure() {
+    let locker = Locker::in_memory();
+    let held = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let g = locker.lock("b").await.unwrap();
+            tokio::time::sleep(10 * SEC).await;
+            drop(g);
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let err = locker
+        .lock_all(["a", "b"], LockOptions::new().wait(SEC))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let other = locker.clone();
+    let a_free = tokio::spawn(async move { other.try_lock("a").await.unwrap().is_some() });
+    assert!(
+        a_free.await.unwrap(),
+        "lock_all kept \"a\" after failing on \"b\""
+    );
+    assert!(
+        locker
+            .lock_all(Vec::<String>::new(), LockOptions::new())
+            .await
+            .unwrap_err()
+            .is_config()
+    );
+    held.abort();
+}
