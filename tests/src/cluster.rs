@@ -1,0 +1,248 @@
+//! A 3-master Redis Cluster made of [`RedisServer`]s.
+
+use std::fs::{self, File};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::chain;
+use crate::server::{REDIS_SERVER, info_field, spawn_error};
+use crate::{HarnessError, POLL_INTERVAL, RedisServer};
+
+/// Masters in the cluster (no replicas).
+const MASTERS: usize = 3;
+const SLOTS: &str = "16384";
+/// Deadline of `redis-cli --cluster create`.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline for every node to report `cluster_state:ok` after the create.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of one `CLUSTER INFO` probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+const REDIS_CLI: &str = "redis-cli";
+
+/// A Redis Cluster of 3 masters (no replicas) that this test started, each a [`RedisServer`]
+/// with `--cluster-enabled yes` on a free port whose cluster bus port (`port + 10000`) was free
+/// too.
+///
+/// [`spawn`](Self::spawn) returns once every node reports `cluster_state:ok` with all 16384
+/// slots assigned. Dropping the cluster drops its nodes (see [`RedisServer`]).
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, joins them with `redis-cli --cluster create`, and waits until the
+    /// cluster serves every slot.
+    ///
+    /// # Panics
+    ///
+    /// If the cluster cannot be started, e.g. `redis-server` or `redis-cli` is not on `PATH`.
+    #[track_caller]
+    pub fn spawn() -> RedisCluster {
+        match Self::try_spawn() {
+            Ok(cluster) => cluster,
+            Err(e @ HarnessError::BinaryNotFound { .. }) => panic!("{e}"),
+            Err(e) => panic!("could not start a test redis cluster: {}", chain(&e)),
+        }
+    }
+
+    /// [`spawn`](Self::spawn) that returns the error instead of panicking.
+    pub fn try_spawn() -> Result<RedisCluster, HarnessError> {
+        Self::spawn_inner(REDIS_SERVER, REDIS_CLI)
+    }
+
+    fn spawn_inner(server: &str, cli: &str) -> Result<RedisCluster, HarnessError> {
+        let nodes = (0..MASTERS)
+            .map(|_| RedisServer::spawn_inner(server, &[], true))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cluster = RedisCluster { nodes };
+        cluster.create(cli)?;
+        cluster.try_wait_ok(READY_TIMEOUT)?;
+        Ok(cluster)
+    }
+
+    /// The nodes, in the order given to `redis-cli --cluster create`.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// Node `i`, e.g. to [`kill`](RedisServer::kill) or [`restart`](RedisServer::restart) it.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range.
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// The nodes' URLs, `redis://127.0.0.1:{port}/`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The index in [`nodes`](Self::nodes) of the node that serves `key`'s slot, as the first
+    /// running node sees it.
+    ///
+    /// # Panics
+    ///
+    /// If no node is running or the answer does not name one of the nodes.
+    #[track_caller]
+    pub fn node_for_key(&self, key: &str) -> usize {
+        let node = self
+            .nodes
+            .iter()
+            .find(|node| node.is_running())
+            .expect("no cluster node is running");
+        let slot = node
+            .cmd(&["CLUSTER", "KEYSLOT", key])
+            .ok()
+            .and_then(|reply| reply.as_int())
+            .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key:?} failed on port {}", node.port()));
+        let slots = node.cmd(&["CLUSTER", "SLOTS"]).unwrap_or_else(|e| {
+            panic!(
+                "CLUSTER SLOTS failed on port {}: {}",
+                node.port(),
+                chain(&e)
+            )
+        });
+        // Each entry: [first slot, last slot, [ip, port, id, ..] of the master, replicas..].
+        let port = slots
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|range| range.as_array())
+            .find(|range| {
+                let first = range.first().and_then(|r| r.as_int());
+                let last = range.get(1).and_then(|r| r.as_int());
+                matches!((first, last), (Some(a), Some(b)) if (a..=b).contains(&slot))
+            })
+            .and_then(|range| range.get(2)?.as_array()?.get(1)?.as_int())
+            .unwrap_or_else(|| panic!("no node serves slot {slot} (key {key:?}): {slots:?}"));
+        self.nodes
+            .iter()
+            .position(|node| i64::from(node.port()) == port)
+            .unwrap_or_else(|| panic!("slot {slot} is served by port {port}, not by this cluster"))
+    }
+
+    /// Waits until every running node reports `cluster_state:ok`, 16384 slots assigned and
+    /// ok, and knows every node; e.g. after restarting a node.
+    pub fn try_wait_ok(&self, timeout: Duration) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        loop {
+            let problems: Vec<String> = self
+                .nodes
+                .iter()
+                .filter(|node| node.is_running())
+                .filter_map(|node| self.node_problem(node))
+                .collect();
+            if problems.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                return Err(HarnessError::ClusterNotReady {
+                    waited: timeout,
+                    detail: problems.join("; "),
+                });
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// What keeps `node` from being ready, or `None` if it is.
+    fn node_problem(&self, node: &RedisServer) -> Option<String> {
+        let port = node.port();
+        let info = match node.cmd_with_timeout(&["CLUSTER", "INFO"], PROBE_TIMEOUT) {
+            Ok(reply) => match reply.as_str() {
+                Some(info) => info.to_owned(),
+                None => return Some(format!("port {port}: CLUSTER INFO replied {reply:?}")),
+            },
+            Err(e) => return Some(format!("port {port}: {}", chain(&e))),
+        };
+        let nodes = self.nodes.len().to_string();
+        let expected = [
+            ("cluster_state", "ok"),
+            ("cluster_slots_assigned", SLOTS),
+            ("cluster_slots_ok", SLOTS),
+            ("cluster_known_nodes", nodes.as_str()),
+        ];
+        let wrong: Vec<String> = expected
+            .iter()
+            .filter(|(field, want)| info_field(&info, field) != Some(want))
+            .map(|(field, _)| format!("{field}:{}", info_field(&info, field).unwrap_or("?")))
+            .collect();
+        (!wrong.is_empty()).then(|| format!("port {port}: {}", wrong.join(" ")))
+    }
+
+    /// Runs `redis-cli --cluster create` over the nodes, bounded by [`CREATE_TIMEOUT`].
+    fn create(&self, cli: &str) -> Result<(), HarnessError> {
+        let out_path = self.nodes[0].dir().join("cluster-create.log");
+        let open = || {
+            File::create(&out_path)
+                .and_then(|out| Ok((out.try_clone()?, out)))
+                .map_err(|e| HarnessError::io(format!("create {}", out_path.display()), e))
+        };
+        let (stdout, stderr) = open()?;
+        let mut child = Command::new(cli)
+            .args(["--cluster", "create"])
+            .args(
+                self.nodes
+                    .iter()
+                    .map(|node| format!("127.0.0.1:{}", node.port())),
+            )
+            .arg("--cluster-yes")
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| spawn_error(cli, e))?;
+        let output = || {
+            fs::read(&out_path)
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .unwrap_or_default()
+        };
+        let started = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => {
+                    return Err(HarnessError::ClusterCreate {
+                        status: Some(status),
+                        output: output(),
+                    });
+                }
+                Ok(None) if started.elapsed() < CREATE_TIMEOUT => thread::sleep(POLL_INTERVAL),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(HarnessError::ClusterCreate {
+                        status: None,
+                        output: output(),
+                    });
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(HarnessError::io(format!("wait for {cli}"), e));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_redis_cli_is_reported() {
+        let err = RedisCluster::spawn_inner(REDIS_SERVER, "redis-cli-lock-tests-missing")
+            .expect_err("a missing redis-cli must fail");
+        assert!(err.is_binary_not_found(), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with("redis-cli-lock-tests-missing not found on PATH: install it with"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The harness error type.
+
+use std::error::Error;
+use std::fmt;
+use std::io;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+/// Why the harness could not start, reach or drive a test server.
+///
+/// The messages are meant to be read in a failing test's output: they name the port and, when
+/// the server died, end with the last lines of its log.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// The server binary (`redis-server`, or `redis-cli` for a cluster) is not on `PATH`.
+    BinaryNotFound {
+        /// The program that could not be found.
+        binary: String,
+    },
+    /// An I/O operation failed; `context` says which one.
+    Io {
+        /// What the harness was doing, e.g. "connect to 127.0.0.1:40123".
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The server process exited before it answered `PING`.
+    Exited {
+        /// The port it was started on.
+        port: u16,
+        /// Its exit status.
+        status: ExitStatus,
+        /// The last lines of its log.
+        log_tail: String,
+    },
+    /// The server did not answer `PING` before the readiness deadline.
+    NotReady {
+        /// The port it was started on.
+        port: u16,
+        /// How long the harness waited.
+        waited: Duration,
+        /// The last lines of its log.
+        log_tail: String,
+    },
+    /// The port was taken by another process before the server could bind it.
+    PortInUse {
+        /// The port that was taken.
+        port: u16,
+    },
+    /// No suitable free loopback port was found.
+    NoFreePort,
+    /// The command needs a running server, but this one was killed.
+    NotRunning {
+        /// The server's port.
+        port: u16,
+    },
+    /// The server sent bytes that are not valid RESP2.
+    Protocol(String),
+    /// `redis-cli --cluster create` failed.
+    ClusterCreate {
+        /// Its exit status, `None` if it was killed after the deadline.
+        status: Option<ExitStatus>,
+        /// What it printed (stdout and stderr).
+        output: String,
+    },
+    /// The cluster did not reach `cluster_state:ok` with every slot served before the deadline.
+    ClusterNotReady {
+        /// How long the harness waited.
+        waited: Duration,
+        /// What the last check saw.
+        detail: String,
+    },
+}
+
+impl HarnessError {
+    /// Whether this is an I/O timeout, e.g. a read from a paused server.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            HarnessError::Io { source, .. }
+                if matches!(source.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+        )
+    }
+
+    /// Whether the binary was not found on `PATH`.
+    pub fn is_binary_not_found(&self) -> bool {
+        matches!(self, HarnessError::BinaryNotFound { .. })
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        HarnessError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HarnessError::BinaryNotFound { binary } => write!(
+                f,
+                "{binary} not found on PATH: install it with \"apt-get install -y redis-server\" \
+                 (Debian/Ubuntu) or \"brew install redis\" (macOS)"
+            ),
+            HarnessError::Io { context, .. } => write!(f, "failed to {context}"),
+            HarnessError::Exited {
+                port,
+                status,
+                log_tail,
+            } => write!(
+                f,
+                "redis-server on port {port} exited ({status}) before answering PING; \
+                 last lines of its log:\n{log_tail}"
+            ),
+            HarnessError::NotReady {
+                port,
+                waited,
+                log_tail,
+            } => write!(
+                f,
+                "redis-server on port {port} did not answer PING within {waited:?}; \
+                 last lines of its log:\n{log_tail}"
+            ),
+            HarnessError::PortInUse { port } => {
+                write!(f, "port {port} was taken before redis-server could bind it")
+            }
+            HarnessError::NoFreePort => write!(f, "found no free loopback port"),
+            HarnessError::NotRunning { port } => {
+                write!(
+                    f,
+                    "redis-server on port {port} is not running (it was killed)"
+                )
+            }
+            HarnessError::Protocol(what) => write!(f, "invalid RESP reply: {what}"),
+            HarnessError::ClusterCreate { status, output } => {
+                match status {
+                    Some(status) => write!(f, "redis-cli --cluster create failed ({status})")?,
+                    None => write!(f, "redis-cli --cluster create did not finish in time")?,
+                }
+                write!(f, "; its output:\n{output}")
+            }
+            HarnessError::ClusterNotReady { waited, detail } => write!(
+                f,
+                "cluster did not serve all 16384 slots with cluster_state:ok within {waited:?}: \
+                 {detail}"
+            ),
+        }
+    }
+}
+
+impl Error for HarnessError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            HarnessError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The error and its sources on one line, `a: b: c`, for panic messages.
+pub(crate) fn chain(err: &dyn Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

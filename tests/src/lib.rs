@@ -1,0 +1,81 @@
+//! Test servers for the distributed-lock workspace: real `redis-server` processes on free
+//! loopback ports, so a test suite never touches a Redis it did not start.
+//!
+//! ```no_run
+//! use lock_tests::{RedisCluster, RedisServer, Resp};
+//!
+//! // One server: waits until it answers PING, killed (and its temp dir removed) on drop.
+//! let server = RedisServer::spawn();
+//! assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap().as_str(), Some("OK"));
+//! assert_eq!(server.cmd(&["GET", "k"]).unwrap(), Resp::Bulk(Some(b"v".to_vec())));
+//! let url = server.url(); // "redis://127.0.0.1:{port}/", for the client under test
+//! # let _ = url;
+//!
+//! // Faults: freeze it (clients time out), then let it go; kill it and start it again empty.
+//! let mut server = server;
+//! server.pause();
+//! server.resume();
+//! server.kill();
+//! server.restart();
+//! assert!(server.cmd(&["GET", "k"]).unwrap().is_nil());
+//!
+//! // Independent masters for RedLock, and a 3-master cluster.
+//! let masters = RedisServer::spawn_many(3);
+//! let cluster = RedisCluster::spawn();
+//! # let _ = (masters, cluster);
+//! ```
+//!
+//! The harness is std only, so it compiles in seconds. It needs `redis-server` (and, for a
+//! cluster, `redis-cli`) on `PATH`; if it is missing, spawning fails with one line that says how
+//! to install it. Everything here is safe to use from tests running in parallel threads: each
+//! server gets its own port and temp dir.
+//!
+//! When a test panics, every [`RedisServer`] it drops prints its log to stderr, each line
+//! prefixed with the server's port.
+#![deny(missing_docs)]
+
+mod cluster;
+mod error;
+mod resp;
+mod server;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub use cluster::RedisCluster;
+pub use error::HarnessError;
+pub use resp::{Resp, encode_command};
+pub use server::RedisServer;
+
+/// The interval of every poll in the harness.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Calls `cond` every 5 ms until it returns `true`.
+///
+/// A helper for synchronous tests that wait for something to happen.
+///
+/// # Panics
+///
+/// With `timed out after {deadline:?} waiting for {what}` if `cond` is still false after
+/// `deadline`.
+///
+/// ```
+/// let mut calls = 0;
+/// lock_tests::wait_until(std::time::Duration::from_secs(1), "the third call", || {
+///     calls += 1;
+///     calls == 3
+/// });
+/// ```
+#[track_caller]
+pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    loop {
+        if cond() {
+            return;
+        }
+        if started.elapsed() >= deadline {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}

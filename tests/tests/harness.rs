@@ -1,0 +1,356 @@
+//! Tests of the harness itself, against real `redis-server` processes.
+
+use std::io::{BufReader, ErrorKind, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use lock_tests::{HarnessError, RedisCluster, RedisServer, Resp, encode_command, wait_until};
+
+const SHORT: Duration = Duration::from_millis(200);
+const WAIT: Duration = Duration::from_secs(10);
+
+fn ok() -> Resp {
+    Resp::Simple("OK".to_owned())
+}
+
+fn bulk(value: &str) -> Resp {
+    Resp::Bulk(Some(value.as_bytes().to_vec()))
+}
+
+fn ping(server: &RedisServer) -> Resp {
+    server.cmd(&["PING"]).expect("PING")
+}
+
+#[test]
+fn spawn_answers_ping_and_set_get() {
+    let server = RedisServer::spawn();
+    assert!(server.is_running());
+    assert_ne!(
+        server.port(),
+        6379,
+        "must never use the machine's own Redis"
+    );
+    assert_eq!(
+        server.url(),
+        format!("redis://127.0.0.1:{}/", server.port())
+    );
+    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
+    assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap(), ok());
+    assert_eq!(server.cmd(&["GET", "k"]).unwrap(), bulk("v"));
+    assert!(server.cmd(&["GET", "missing"]).unwrap().is_nil());
+    assert_eq!(server.cmd(&["INCR", "n"]).unwrap().as_int(), Some(1));
+    assert_eq!(server.cmd(&["DBSIZE"]).unwrap().as_int(), Some(2));
+    // The server really runs with the harness's settings.
+    let save = server.cmd(&["CONFIG", "GET", "save"]).unwrap();
+    assert_eq!(save, Resp::Array(Some(vec![bulk("save"), bulk("")])));
+    let bind = server.cmd(&["CONFIG", "GET", "bind"]).unwrap();
+    assert_eq!(bind.as_array().unwrap()[1].as_str(), Some("127.0.0.1"));
+    assert!(
+        server.log().contains("Ready to accept connections"),
+        "{}",
+        server.log()
+    );
+}
+
+#[test]
+fn error_replies_are_values() {
+    let server = RedisServer::spawn();
+    server.cmd(&["SET", "k", "not a number"]).unwrap();
+    let reply = server.cmd(&["INCR", "k"]).unwrap();
+    assert!(reply.is_error(), "{reply:?}");
+    assert!(reply.as_error().unwrap().starts_with("ERR"), "{reply:?}");
+    let reply = server.cmd(&["NO-SUCH-COMMAND"]).unwrap();
+    assert!(
+        reply.as_error().unwrap().contains("unknown command"),
+        "{reply:?}"
+    );
+}
+
+#[test]
+fn two_servers_have_distinct_ports_dirs_and_data() {
+    let a = RedisServer::spawn();
+    let b = RedisServer::spawn();
+    assert_ne!(a.port(), b.port());
+    assert_ne!(a.dir(), b.dir());
+    assert_ne!(a.pid(), b.pid());
+    assert_eq!(a.cmd(&["SET", "k", "a"]).unwrap(), ok());
+    assert!(b.cmd(&["GET", "k"]).unwrap().is_nil());
+    assert_eq!(b.cmd(&["SET", "k", "b"]).unwrap(), ok());
+    assert_eq!(a.cmd(&["GET", "k"]).unwrap(), bulk("a"));
+    assert_eq!(b.cmd(&["GET", "k"]).unwrap(), bulk("b"));
+}
+
+#[test]
+fn spawn_with_passes_extra_args() {
+    let server = RedisServer::spawn_with(&["--maxmemory", "10mb"]);
+    let reply = server.cmd(&["CONFIG", "GET", "maxmemory"]).unwrap();
+    assert_eq!(
+        reply,
+        Resp::Array(Some(vec![bulk("maxmemory"), bulk("10485760")]))
+    );
+}
+
+#[test]
+fn invalid_args_report_the_exit_and_the_log() {
+    let err = RedisServer::try_spawn_with(&["--no-such-option", "x"]).unwrap_err();
+    assert!(matches!(err, HarnessError::Exited { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("exited"), "{message}");
+    // redis-server writes config errors to stderr, which goes to the log quoted here.
+    assert!(message.contains("no-such-option"), "{message}");
+}
+
+#[test]
+fn kill_then_restart_gives_an_empty_server_on_the_same_port() {
+    let mut server = RedisServer::spawn();
+    let port = server.port();
+    let pid = server.pid().unwrap();
+    assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap(), ok());
+
+    server.kill();
+    assert!(!server.is_running());
+    assert_eq!(server.pid(), None);
+    let err = server.cmd(&["PING"]).unwrap_err();
+    assert!(
+        matches!(err, HarnessError::NotRunning { port: p } if p == port),
+        "{err:?}"
+    );
+    assert!(server.dir().exists(), "the dir is kept for the restart");
+    server.kill(); // killing a killed server is a no-op
+
+    server.restart();
+    assert!(server.is_running());
+    assert_eq!(server.port(), port);
+    assert_ne!(server.pid(), Some(pid));
+    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
+    assert!(
+        server.cmd(&["GET", "k"]).unwrap().is_nil(),
+        "data must not survive a restart"
+    );
+    assert_eq!(server.cmd(&["DBSIZE"]).unwrap().as_int(), Some(0));
+    // The log keeps both runs.
+    assert_eq!(
+        server.log().matches("Ready to accept connections").count(),
+        2,
+        "{}",
+        server.log()
+    );
+}
+
+#[test]
+fn restart_of_a_running_server_kills_it_first() {
+    let mut server = RedisServer::spawn();
+    server.cmd(&["SET", "k", "v"]).unwrap();
+    let pid = server.pid();
+    server.restart();
+    assert_ne!(server.pid(), pid);
+    assert!(server.cmd(&["GET", "k"]).unwrap().is_nil());
+}
+
+#[test]
+fn pause_freezes_connected_clients_and_resume_releases_them() {
+    let server = RedisServer::spawn();
+    let stream = TcpStream::connect(server.addr()).unwrap();
+    stream.set_read_timeout(Some(SHORT)).unwrap();
+    let mut reader = BufReader::new(&stream);
+    (&stream).write_all(&encode_command(&["PING"])).unwrap();
+    assert_eq!(
+        Resp::read_from(&mut reader).unwrap(),
+        Resp::Simple("PONG".to_owned())
+    );
+
+    server.pause();
+    assert!(server.is_running(), "a paused server is alive");
+    (&stream)
+        .write_all(&encode_command(&["ECHO", "frozen"]))
+        .unwrap();
+    let started = Instant::now();
+    let err = Resp::read_from(&mut reader).unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(started.elapsed() >= SHORT - Duration::from_millis(20));
+    // A fresh connection times out as well.
+    let err = server.cmd_with_timeout(&["PING"], SHORT).unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+
+    server.resume();
+    // The connected client gets the answer to the command it sent while the server was frozen.
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    assert_eq!(Resp::read_from(&mut reader).unwrap(), bulk("frozen"));
+    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
+}
+
+#[test]
+fn raw_timeout_is_a_std_timeout() {
+    // What a client under test sees from a paused server: an io timeout, not an EOF.
+    let server = RedisServer::spawn();
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream.set_read_timeout(Some(SHORT)).unwrap();
+    server.pause();
+    stream.write_all(&encode_command(&["PING"])).unwrap();
+    let mut buf = [0u8; 16];
+    let err = std::io::Read::read(&mut stream, &mut buf).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err:?}"
+    );
+    server.resume();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let n = std::io::Read::read(&mut stream, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+}
+
+#[test]
+fn kill_while_paused() {
+    let mut server = RedisServer::spawn();
+    server.pause();
+    server.kill();
+    assert!(!server.is_running());
+    server.restart();
+    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
+}
+
+#[test]
+fn spawn_many_starts_independent_masters() {
+    let servers = RedisServer::spawn_many(3);
+    assert_eq!(servers.len(), 3);
+    let mut ports: Vec<u16> = servers.iter().map(RedisServer::port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 3, "ports must be distinct: {servers:?}");
+    for (i, server) in servers.iter().enumerate() {
+        let role = server.cmd(&["ROLE"]).unwrap();
+        assert_eq!(
+            role.as_array().unwrap()[0].as_str(),
+            Some("master"),
+            "{role:?}"
+        );
+        server.cmd(&["SET", "k", &i.to_string()]).unwrap();
+    }
+    for (i, server) in servers.iter().enumerate() {
+        assert_eq!(server.cmd(&["GET", "k"]).unwrap(), bulk(&i.to_string()));
+    }
+    assert!(RedisServer::spawn_many(0).is_empty());
+}
+
+#[test]
+fn drop_kills_the_process_and_removes_the_dir() {
+    let server = RedisServer::spawn();
+    let addr = server.addr();
+    let dir = server.dir().to_owned();
+    assert!(TcpStream::connect(addr).is_ok());
+    assert!(dir.join("redis.log").exists());
+    drop(server);
+    wait_until(
+        WAIT,
+        "the dropped server's port to refuse connections",
+        || TcpStream::connect_timeout(&addr, SHORT).is_err(),
+    );
+    assert!(!dir.exists(), "{} must be removed", dir.display());
+}
+
+#[test]
+fn servers_can_be_shared_between_threads() {
+    let server = RedisServer::spawn();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..20 {
+                    let n = server.cmd(&["INCR", "n"]).unwrap().as_int().unwrap();
+                    assert!(n > 0);
+                }
+            });
+        }
+    });
+    assert_eq!(server.cmd(&["GET", "n"]).unwrap(), bulk("80"));
+}
+
+#[test]
+fn missing_binary_gives_one_line() {
+    let err = RedisServer::try_spawn_from("redis-server-lock-tests-missing", &[]).unwrap_err();
+    assert!(err.is_binary_not_found(), "{err:?}");
+    let message = err.to_string();
+    assert!(!message.contains('\n'), "{message}");
+    assert_eq!(
+        message,
+        "redis-server-lock-tests-missing not found on PATH: install it with \
+         \"apt-get install -y redis-server\" (Debian/Ubuntu) or \"brew install redis\" (macOS)"
+    );
+}
+
+#[test]
+fn try_spawn_from_runs_the_given_binary() {
+    let server = RedisServer::try_spawn_from("redis-server", &["--maxclients", "77"]).unwrap();
+    let reply = server.cmd(&["CONFIG", "GET", "maxclients"]).unwrap();
+    assert_eq!(reply.as_array().unwrap()[1], bulk("77"));
+}
+
+#[test]
+fn wait_until_returns_once_true() {
+    let mut calls = 0;
+    wait_until(WAIT, "three calls", || {
+        calls += 1;
+        calls >= 3
+    });
+    assert_eq!(calls, 3);
+}
+
+#[test]
+#[should_panic(expected = "timed out after 50ms waiting for the impossible")]
+fn wait_until_panics_after_the_deadline() {
+    wait_until(Duration::from_millis(50), "the impossible", || false);
+}
+
+#[test]
+fn cluster_serves_every_slot() {
+    let cluster = RedisCluster::spawn();
+    assert_eq!(cluster.nodes().len(), 3);
+    let urls = cluster.urls();
+    assert_eq!(urls.len(), 3);
+    for (node, url) in cluster.nodes().iter().zip(&urls) {
+        assert_eq!(url, &node.url());
+        let info = node.cmd(&["CLUSTER", "INFO"]).unwrap();
+        let info = info.as_str().unwrap();
+        assert!(info.contains("cluster_state:ok"), "{info}");
+        assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+        assert!(info.contains("cluster_known_nodes:3"), "{info}");
+        assert!(info.contains("cluster_size:3"), "{info}");
+        assert_eq!(
+            node.cmd(&["CLUSTER", "KEYSLOT", "foo"]).unwrap().as_int(),
+            Some(12182)
+        );
+        assert_eq!(
+            node.cmd(&["CLUSTER", "KEYSLOT", "{foo}:fence"])
+                .unwrap()
+                .as_int(),
+            Some(12182)
+        );
+    }
+    // Exactly one node takes the key; the others redirect to it.
+    let owner = cluster.node_for_key("foo");
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let reply = node.cmd(&["SET", "foo", "bar"]).unwrap();
+        if i == owner {
+            assert_eq!(reply, ok());
+        } else {
+            let expected = format!("MOVED 12182 127.0.0.1:{}", cluster.nodes()[owner].port());
+            assert_eq!(reply.as_error(), Some(expected.as_str()), "{reply:?}");
+        }
+    }
+}
+
+#[test]
+fn cluster_node_restart_rejoins() {
+    let mut cluster = RedisCluster::spawn();
+    let owner = cluster.node_for_key("k");
+    let port = cluster.nodes()[owner].port();
+    cluster.nodes()[owner].cmd(&["SET", "k", "v"]).unwrap();
+
+    cluster.node_mut(owner).kill();
+    assert!(cluster.node_mut(owner).cmd(&["PING"]).is_err());
+    cluster.node_mut(owner).restart();
+    assert_eq!(cluster.nodes()[owner].port(), port);
+
+    cluster.try_wait_ok(Duration::from_secs(30)).unwrap();
+    assert_eq!(cluster.node_for_key("k"), owner, "the node keeps its slots");
+    assert!(cluster.nodes()[owner].cmd(&["GET", "k"]).unwrap().is_nil());
+}
