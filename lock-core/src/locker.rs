@@ -56,7 +56,7 @@ static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
 /// ```
 #[derive(Clone)]
 pub struct Locker {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -346,6 +346,10 @@ impl LockerBuilder {
     /// A bb8 pool of Redis connections to use. Without a [`url`](Self::url) as well,
     /// there is no pub/sub connection, and waiters poll (with backoff, bounded by the
     /// holder's lease) instead of being woken at once.
+    ///
+    /// The `Locker` has the pool's manager open one multiplexed connection and shares it
+    /// between all its calls (a multiplexed connection serves many tasks at once); after
+    /// it breaks, it opens another the same way.
     pub fn pool(mut self, pool: bb8::Pool<RedisConnectionManager>) -> Self {
         self.pool = Some(pool);
         self
@@ -465,8 +469,7 @@ impl LockerBuilder {
                         let manager = RedisConnectionManager::new(info)
                             .map_err(|e| LockError::Config(format!("invalid redis url: {e}")))?;
                         bb8::Pool::builder()
-                            .max_size(4)
-                            .test_on_check_out(false)
+                            .max_size(1)
                             .connection_timeout(connect_timeout)
                             .build_unchecked(manager)
                     }

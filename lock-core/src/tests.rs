@@ -377,3 +377,15 @@ async fn lock_all_gives_back_what_it_took_on_failure() {
     );
     held.abort();
 }
+
+#[tokio::test]
+async fn the_global_locker_is_set_and_replaced() {
+    let first = Locker::in_memory();
+    Locker::set_global(first.clone());
+    let held = Locker::global().unwrap().lock("global").await.unwrap();
+    assert!(Arc::ptr_eq(&Locker::global().unwrap().inner, &first.inner));
+    held.release().await.unwrap();
+    let second = Locker::in_memory();
+    Locker::set_global(second.clone());
+    assert!(Arc::ptr_eq(&Locker::global().unwrap().inner, &second.inner));
+}

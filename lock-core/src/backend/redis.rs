@@ -1,8 +1,8 @@
 //! The Redis backend.
 //!
-//! Commands go over one multiplexed connection taken from the bb8 pool and shared by all
-//! tasks (cloning it is cheap and takes no lock); a broken connection is dropped and the
-//! next call takes a fresh one from the pool. Waiters are woken through one dedicated
+//! Commands go over one multiplexed connection, opened by the bb8 pool's manager and
+//! shared by all tasks (cloning it is cheap and takes no lock); a broken connection is
+//! dropped and the next call opens another. Waiters are woken through one dedicated
 //! pub/sub connection per `Locker` (see [`Hub`]).
 
 use std::collections::HashSet;
@@ -54,6 +54,8 @@ pub(crate) struct RedisBackend {
     pool: bb8::Pool<RedisConnectionManager>,
     conn: ArcSwapOption<MultiplexedConnection>,
     scripts: Arc<Scripts>,
+    reconnecting: tokio::sync::Mutex<()>,
+    connect_timeout: Duration,
     address: String,
     namespace: String,
     fence_ttl_ms: u64,
@@ -82,6 +84,8 @@ impl RedisBackend {
         let backend = Self {
             pool,
             conn: ArcSwapOption::empty(),
+            reconnecting: tokio::sync::Mutex::new(()),
+            connect_timeout,
             scripts,
             hub: client.map(|client| Hub::new(client, waiters.clone(), connect_timeout)),
             waiters,
@@ -119,23 +123,60 @@ impl RedisBackend {
 
     /// The shared multiplexed connection, opened from the pool when there is none.
     async fn conn(&self) -> Result<MultiplexedConnection, LockError> {
+        Ok(self.conn_and_origin().await?.0)
+    }
+
+    /// The connection, and whether it was the shared one (which may have died while
+    /// idle) rather than one just opened.
+    ///
+    /// The connection is opened by the pool's manager (so with the pool's address,
+    /// credentials and settings) but not checked out of the pool: a multiplexed
+    /// connection serves every task at once, and opening it directly reports a refused or
+    /// failed connect at once, with its cause, where a pool checkout would wait out its
+    /// timeout. One task reconnects at a time; the others then share its connection.
+    async fn conn_and_origin(&self) -> Result<(MultiplexedConnection, bool), LockError> {
         if let Some(conn) = &*self.conn.load() {
-            return Ok(MultiplexedConnection::clone(conn));
+            return Ok((MultiplexedConnection::clone(conn), true));
         }
-        let pooled = self.pool.get().await.map_err(|e| {
-            let source: Box<dyn std::error::Error + Send + Sync> = match e {
-                bb8::RunError::User(e) => Box::new(e),
-                bb8::RunError::TimedOut => "timed out waiting for a pooled connection".into(),
-            };
-            LockError::backend(
-                format!("cannot connect to redis at {}", self.address),
-                source,
-            )
-        })?;
-        let conn = MultiplexedConnection::clone(&pooled);
-        drop(pooled);
+        let _one_at_a_time = self.reconnecting.lock().await;
+        if let Some(conn) = &*self.conn.load() {
+            return Ok((MultiplexedConnection::clone(conn), false));
+        }
+        let context = || format!("cannot connect to redis at {}", self.address);
+        let conn = tokio::time::timeout(self.connect_timeout, self.pool.dedicated_connection())
+            .await
+            .map_err(|_| {
+                LockError::backend(
+                    context(),
+                    format!("no answer within {:?}", self.connect_timeout),
+                )
+            })?
+            .map_err(|e| LockError::backend(context(), e))?;
         self.conn.store(Some(Arc::new(conn.clone())));
-        Ok(conn)
+        Ok((conn, false))
+    }
+
+    /// Runs `op` on the shared connection. If that connection turns out dead (the
+    /// server restarted or the network dropped it while it was idle), runs `op` once more
+    /// on a fresh one. Only operations that are safe to repeat come here: the acquire
+    /// script recognises its own token, extend and reads are idempotent. A timeout is
+    /// not retried: the first request may still run.
+    async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let (conn, shared) = self.conn_and_origin().await?;
+        match op(conn).await {
+            Ok(value) => Ok(value),
+            Err(e) if shared && e.is_connection_dropped() && !e.is_timeout() => {
+                tracing::debug!(error = %e, "shared redis connection is dead; retrying on a fresh one");
+                self.conn.store(None);
+                let conn = self.conn().await?;
+                op(conn).await.map_err(|e| self.error(what, e))
+            }
+            Err(e) => Err(self.error(what, e)),
+        }
     }
 
     /// Wraps a command failure; forgets the shared connection when it is broken.
@@ -162,31 +203,36 @@ impl RedisBackend {
         token: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        let conn = self.conn().await?;
         let key = self.lock_key(name);
         let fence_key = format!("{key}{FENCE_SUFFIX}");
-        // If this future is dropped while the script is in flight, or the reply is lost,
-        // the lock may have been taken: give it back by token, on the same connection so
-        // the release runs after the acquire.
-        let mut pending = PendingAcquire {
-            backend: self,
-            conn,
-            key: &key,
-            token,
-            armed: true,
-        };
-        let reply: Result<(i64, i64), RedisError> = self
-            .scripts
-            .acquire
-            .key(&key)
-            .key(&fence_key)
-            .arg(token)
-            .arg(millis(lease))
-            .arg(self.fence_ttl_ms)
-            .invoke_async(&mut pending.conn)
-            .await;
-        let (acquired, value) = reply.map_err(|e| self.error("acquire", e))?;
-        pending.armed = false;
+        // The counter must outlive every lease drawn from it.
+        let fence_ttl_ms = self.fence_ttl_ms.max(millis(lease));
+        let (acquired, value) = self
+            .run("acquire", |conn| async {
+                // If this future is dropped while the script is in flight, or the reply
+                // is lost, the lock may have been taken: give it back by token, on the
+                // same connection so the release runs after the acquire.
+                let mut pending = PendingAcquire {
+                    backend: self,
+                    conn,
+                    key: &key,
+                    token,
+                    armed: true,
+                };
+                let reply: (i64, i64) = self
+                    .scripts
+                    .acquire
+                    .key(&key)
+                    .key(&fence_key)
+                    .arg(token)
+                    .arg(millis(lease))
+                    .arg(fence_ttl_ms)
+                    .invoke_async(&mut pending.conn)
+                    .await?;
+                pending.armed = false;
+                Ok(reply)
+            })
+            .await?;
         Ok(if acquired == 1 {
             Attempt::Acquired {
                 fence: u64::try_from(value).unwrap_or_default(),
@@ -198,6 +244,8 @@ impl RedisBackend {
         })
     }
 
+    /// Releases if `token` owns `name`. Not retried on a fresh connection: had the first
+    /// attempt gone through, the retry would report the lock as not held.
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<bool, LockError> {
         let mut conn = self.conn().await?;
         release_on(&self.scripts, &mut conn, &self.lock_key(name), token)
@@ -222,26 +270,28 @@ impl RedisBackend {
         token: &str,
         lease: Duration,
     ) -> Result<bool, LockError> {
-        let mut conn = self.conn().await?;
+        let key = &self.lock_key(name);
         let reply: i64 = self
-            .scripts
-            .extend
-            .key(self.lock_key(name))
-            .arg(token)
-            .arg(millis(lease))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.error("extend", e))?;
+            .run("extend", |mut conn| async move {
+                self.scripts
+                    .extend
+                    .key(key)
+                    .arg(token)
+                    .arg(millis(lease))
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
         Ok(reply == 1)
     }
 
     pub(crate) async fn is_held(&self, name: &str, token: &str) -> Result<bool, LockError> {
-        let mut conn = self.conn().await?;
-        let owner: Option<String> = redis::cmd("GET")
-            .arg(self.lock_key(name))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.error("read the owner", e))?;
+        let key = &self.lock_key(name);
+        let owner: Option<String> = self
+            .run("read the owner", |mut conn| async move {
+                redis::cmd("GET").arg(key).query_async(&mut conn).await
+            })
+            .await?;
         Ok(owner.as_deref() == Some(token))
     }
 
@@ -251,7 +301,15 @@ impl RedisBackend {
         &self,
         items: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        let mut conn = self.conn().await?;
+        self.run("renew leases", |conn| self.renew_on(conn, items))
+            .await
+    }
+
+    async fn renew_on(
+        &self,
+        mut conn: MultiplexedConnection,
+        items: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, RedisError> {
         let mut held = Vec::with_capacity(items.len());
         for chunk in items.chunks(RENEW_CHUNK) {
             let mut pipe = redis::pipe();
@@ -263,19 +321,20 @@ impl RedisBackend {
                     .arg(*token)
                     .arg(millis(*lease));
             }
-            let mut reply: Result<Vec<i64>, RedisError> = pipe.query_async(&mut conn).await;
-            if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-            {
-                // The server lost its script cache (a restart, SCRIPT FLUSH): load and retry.
-                self.scripts
-                    .extend
-                    .prepare_invoke()
-                    .load_async(&mut conn)
-                    .await
-                    .map_err(|e| self.error("load the extend script", e))?;
-                reply = pipe.query_async(&mut conn).await;
-            }
-            let reply = reply.map_err(|e| self.error("renew leases", e))?;
+            let reply: Vec<i64> = match pipe.query_async(&mut conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // The server lost its script cache (a restart, SCRIPT FLUSH): load, retry.
+                    self.scripts
+                        .extend
+                        .prepare_invoke()
+                        .load_async(&mut conn)
+                        .await?;
+                    pipe.query_async(&mut conn).await?
+                }
+                reply => reply?,
+            };
             held.extend(reply.into_iter().map(|r| r == 1));
         }
         Ok(held)

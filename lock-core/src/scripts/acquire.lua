@@ -1,7 +1,7 @@
 -- Take an exclusive lock and draw its fencing token, in one round trip.
 -- KEYS[1] lock key        P{N}        string holding the owner's token
 -- KEYS[2] fence counter   P{N}:fence  integer, strictly increasing per lock
--- ARGV[1] owner token (uuid v4)
+-- ARGV[1] owner token (uuid v4, one per acquisition)
 -- ARGV[2] lease in milliseconds
 -- ARGV[3] expiry of the fence counter in milliseconds (refreshed on every acquisition)
 -- Returns {1, fence} when acquired, {0, pttl of the holder} when held.
@@ -15,5 +15,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, fence}
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  -- This same acquisition, retried because the connection died before its reply came:
+  -- the first attempt went through, and its token is the counter's current value.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 return {0, redis.call('PTTL', KEYS[1])}

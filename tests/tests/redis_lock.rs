@@ -1,0 +1,580 @@
+//! The exclusive lock against real redis-server processes: mutual exclusion, ownership,
+//! leases and the watchdog, loss, fencing, wake-ups, cancellation, reentrancy, bad input
+//! and a server that dies and comes back. Where the point is semantics, the same check
+//! also runs on the in-memory backend.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::redis::AsyncCommands;
+use lock_core::{LockOptions, Locker};
+use lock_tests::{RedisServer, eventually};
+use tokio::time::{Instant, timeout};
+
+const SEC: Duration = Duration::from_secs(1);
+
+async fn connect(server: &RedisServer) -> Locker {
+    Locker::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+/// The Redis key of lock `name` under the default namespace.
+fn redis_key(name: &str) -> String {
+    format!("lock:{{{name}}}")
+}
+
+fn exists(server: &RedisServer, name: &str) -> bool {
+    server.cmd(&["EXISTS", &redis_key(name)]).unwrap().as_int() == Some(1)
+}
+
+/// How many EVALSHA calls (acquire, release, extend) the server has run.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).unwrap();
+    let text = String::from_utf8_lossy(info.as_bytes().unwrap()).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+fn subscribers(server: &RedisServer, name: &str) -> i64 {
+    let channel = format!("{}:released", redis_key(name));
+    let reply = server.cmd(&["PUBSUB", "NUMSUB", &channel]).unwrap();
+    reply.as_array().unwrap()[1].as_int().unwrap()
+}
+
+/// Whether another task (so: no reentrancy) could take `name` right now.
+async fn free_for_others(locker: &Locker, name: &str) -> bool {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move { locker.try_lock(&name).await.unwrap().is_some() })
+        .await
+        .unwrap()
+}
+
+/// 64 tasks, spread over two Lockers (two "replicas"), increment a counter stored in
+/// Redis with a deliberately non-atomic read, yield, write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_lockers() {
+    let server = RedisServer::spawn();
+    let lockers = [connect(&server).await, connect(&server).await];
+    let client = lock_core::redis::Client::open(server.url()).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let locker = lockers[i % 2].clone();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..32 {
+                let guard = locker.lock("counter").await.unwrap();
+                let seen: i64 = conn.get("counter").await.unwrap_or(0);
+                tokio::task::yield_now().await;
+                let () = conn.set("counter", seen + 1).await.unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total = server.cmd(&["GET", "counter"]).unwrap();
+    assert_eq!(total.as_str(), Some("2048"), "lost updates");
+}
+
+async fn ownership(first_locker: Locker, second_locker: Locker) {
+    let short = LockOptions::new()
+        .lease(Duration::from_millis(200))
+        .watchdog(false);
+    let first = first_locker.lock_with("owned", short).await.unwrap();
+    first.lost().await;
+    // The guard counts its lease from when the acquire was sent, so it gives up a
+    // moment before the server expires the key: wait for that moment.
+    let second = second_locker
+        .lock_with("owned", LockOptions::new().wait(2 * SEC))
+        .await
+        .expect("an expired lease frees the lock");
+    assert!(first.extend(SEC).await.unwrap_err().is_not_held());
+    assert!(first.release().await.unwrap_err().is_not_held());
+    assert!(
+        second.is_held().await.unwrap(),
+        "the new owner's lock was touched"
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_the_owner_can_release_or_extend() {
+    let server = RedisServer::spawn();
+    ownership(connect(&server).await, connect(&server).await).await;
+    let memory = Locker::in_memory();
+    ownership(memory.clone(), memory).await;
+}
+
+#[tokio::test]
+async fn expiry_frees_the_lock() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let _held = a
+        .lock_with(
+            "expiring",
+            LockOptions::new()
+                .lease(Duration::from_millis(300))
+                .watchdog(false),
+        )
+        .await
+        .unwrap();
+    assert!(b.try_lock("expiring").await.unwrap().is_none());
+    let guard = b
+        .lock_with("expiring", LockOptions::new().wait(5 * SEC))
+        .await
+        .expect("the lease ran out, so the waiter gets the lock");
+    assert!(guard.is_held().await.unwrap());
+}
+
+#[tokio::test]
+async fn watchdog_keeps_a_one_second_lease_for_five_seconds() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let guard = a
+        .lock_with("kept", LockOptions::new().lease(SEC))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while started.elapsed() < 5 * SEC {
+        assert!(
+            b.try_lock("kept").await.unwrap().is_none(),
+            "taken over at {:?}",
+            started.elapsed()
+        );
+        let pttl = server
+            .cmd(&["PTTL", &redis_key("kept")])
+            .unwrap()
+            .as_int()
+            .unwrap();
+        assert!(
+            pttl > 0,
+            "lease ran down to {pttl} at {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(!guard.is_lost());
+    assert!(guard.is_held().await.unwrap());
+    guard.release().await.unwrap();
+    assert!(!exists(&server, "kept"));
+}
+
+#[tokio::test]
+async fn deleting_the_key_behind_the_guard_is_detected_as_loss() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let guard = locker
+        .lock_with("deleted", LockOptions::new().lease(SEC))
+        .await
+        .unwrap();
+    server.cmd(&["DEL", &redis_key("deleted")]).unwrap();
+    timeout(3 * SEC, guard.lost())
+        .await
+        .expect("loss not detected");
+    assert!(!guard.is_held().await.unwrap());
+
+    // with_lock drops its body when that happens
+    let finished = Arc::new(AtomicBool::new(false));
+    let body = {
+        let finished = finished.clone();
+        async move {
+            tokio::time::sleep(30 * SEC).await;
+            finished.store(true, Ordering::SeqCst);
+        }
+    };
+    let deleter = async {
+        eventually(3 * SEC, "the lock to be taken", || async {
+            exists(&server, "body")
+        })
+        .await;
+        server.cmd(&["DEL", &redis_key("body")]).unwrap();
+    };
+    let (result, ()) = tokio::join!(
+        timeout(
+            5 * SEC,
+            locker.with_lock_opts("body", LockOptions::new().lease(SEC), body)
+        ),
+        deleter
+    );
+    assert!(
+        result
+            .expect("the body was not cancelled")
+            .unwrap_err()
+            .is_lost()
+    );
+    assert!(!finished.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_server_paused_past_the_lease_means_the_lock_is_lost() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let guard = locker
+        .lock_with("paused", LockOptions::new().lease(SEC))
+        .await
+        .unwrap();
+    server.pause();
+    let detected = timeout(3 * SEC, guard.lost()).await;
+    server.resume();
+    detected.expect("loss not detected while the server was paused");
+    assert!(guard.is_lost());
+    assert!(!guard.is_held().await.unwrap());
+    // The Locker carries on once the server answers again.
+    let next = locker
+        .lock_with("paused", LockOptions::new().wait(5 * SEC))
+        .await
+        .unwrap();
+    assert!(next.fencing_token() > guard.fencing_token());
+}
+
+async fn fencing(lockers: [Locker; 2]) {
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (locker, tokens) = (lockers[i % 2].clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..16 {
+                let guard = locker.lock("fenced").await.unwrap();
+                // recorded while held: the order of the list is the order of acquisition
+                tokens.lock().unwrap().push(guard.fencing_token());
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 256);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens went backwards"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_tasks_and_lockers() {
+    let server = RedisServer::spawn();
+    fencing([connect(&server).await, connect(&server).await]).await;
+    let memory = Locker::in_memory();
+    fencing([memory.clone(), memory]).await;
+    // the counter carries a long expiry so idle locks do not pile up forever
+    let ttl = server
+        .cmd(&["PTTL", &format!("{}:fence", redis_key("fenced"))])
+        .unwrap();
+    assert!(
+        ttl.as_int().unwrap() > 0,
+        "fence counter without expiry: {ttl:?}"
+    );
+}
+
+#[tokio::test]
+async fn fencing_tokens_survive_a_server_restart() {
+    let mut server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let before = locker.lock("restarted").await.unwrap().fencing_token();
+    server.kill();
+    server.restart();
+    let after = async {
+        loop {
+            if let Ok(guard) = locker.lock("restarted").await {
+                return guard.fencing_token();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let after = timeout(10 * SEC, after)
+        .await
+        .expect("no lock after the restart");
+    assert!(
+        after > before,
+        "token {after} after the restart is not above {before}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_wakes_the_waiter_without_polling_and_waiters_do_not_hammer() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let held = a.lock("handoff").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = b
+            .lock_with("handoff", LockOptions::new().wait(30 * SEC))
+            .await
+            .unwrap();
+        (Instant::now(), guard.fencing_token())
+    });
+    eventually(5 * SEC, "the waiter to subscribe", || async {
+        subscribers(&server, "handoff") == 1
+    })
+    .await;
+
+    // While the lock stays held, the waiter only polls as a safety net.
+    let before = evalsha_calls(&server);
+    tokio::time::sleep(3 * SEC).await;
+    let attempts = evalsha_calls(&server) - before;
+    assert!(attempts <= 5, "the waiter made {attempts} attempts in 3 s");
+
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (acquired_at, _) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    let handoff = acquired_at - released_at;
+    // A safety poll comes every 0.75 s to 1 s; a wake-up by the release message is
+    // one round trip. 300 ms separates the two even on a loaded machine.
+    assert!(
+        handoff < Duration::from_millis(300),
+        "handoff took {handoff:?}: woken by a poll?"
+    );
+    eventually(5 * SEC, "the waiter to unsubscribe", || async {
+        subscribers(&server, "handoff") == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_at_once() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    drop(locker.lock("dropped").await.unwrap());
+    eventually(2 * SEC, "the dropped guard's key to go", || async {
+        !exists(&server, "dropped")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dropping_an_acquire_in_flight_leaves_no_lock() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    locker
+        .lock("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Paused, the server holds the acquire unanswered; the future is dropped while it is
+    // in flight. The give-back follows it on the same connection once the server runs.
+    server.pause();
+    let attempt = timeout(Duration::from_millis(100), locker.lock("in-flight")).await;
+    assert!(attempt.is_err(), "the acquire should still be in flight");
+    server.resume();
+    eventually(3 * SEC, "the server to answer again", || async {
+        server.cmd(&["PING"]).is_ok()
+    })
+    .await;
+    eventually(
+        3 * SEC,
+        "the interrupted acquire's lock to be given back",
+        || async { !exists(&server, "in-flight") },
+    )
+    .await;
+    assert!(free_for_others(&locker, "in-flight").await);
+}
+
+#[tokio::test]
+async fn dropping_with_lock_releases() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let body = locker.with_lock("abandoned", std::future::pending::<()>());
+    let ran = async {
+        eventually(3 * SEC, "the lock to be taken", || async {
+            exists(&server, "abandoned")
+        })
+        .await;
+    };
+    tokio::select! {
+        _ = body => unreachable!("the body never ends"),
+        () = ran => {}
+    }
+    // `body` is dropped here
+    eventually(2 * SEC, "the abandoned lock to go", || async {
+        !exists(&server, "abandoned")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reentrancy_is_per_task_and_costs_no_round_trip() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let outer = locker.lock("nested").await.unwrap();
+    let before = evalsha_calls(&server);
+    let inner = locker
+        .try_lock("nested")
+        .await
+        .unwrap()
+        .expect("same task re-enters");
+    let seven = locker
+        .with_lock("nested", async {
+            locker.with_lock("nested", async { 7 }).await
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seven, 7);
+    assert_eq!(
+        evalsha_calls(&server),
+        before,
+        "re-entering went to the server"
+    );
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+
+    assert!(
+        !free_for_others(&locker, "nested").await,
+        "another task got in"
+    );
+    inner.release().await.unwrap();
+    assert!(
+        exists(&server, "nested"),
+        "an inner release gave the lock back"
+    );
+    outer.release().await.unwrap();
+    assert!(!exists(&server, "nested"));
+    assert!(free_for_others(&locker, "nested").await);
+}
+
+#[tokio::test]
+async fn invalid_keys_are_refused_before_any_io() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let before = evalsha_calls(&server);
+    for key in ["", "line\nbreak", "}open", &"x".repeat(513)] {
+        let err = locker.lock(key).await.unwrap_err();
+        assert!(err.is_invalid_key(), "{key:?}: {err}");
+    }
+    assert_eq!(evalsha_calls(&server), before);
+}
+
+#[tokio::test]
+async fn connecting_to_a_dead_port_fails_plainly() {
+    let mut server = RedisServer::spawn();
+    let port = server.port();
+    server.kill();
+    let url = format!("redis://user:hunter2@127.0.0.1:{port}/");
+    let started = Instant::now();
+    let err = Locker::builder()
+        .url(&url)
+        .connect_timeout(2 * SEC)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < 5 * SEC, "took {:?}", started.elapsed());
+    assert!(err.is_backend(), "{err}");
+    let message = format!("{err} / {err:?}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    assert!(!message.contains("hunter2"), "password in {message}");
+}
+
+#[tokio::test]
+async fn a_killed_and_restarted_server_is_picked_up_again() {
+    let mut server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    a.lock("before").await.unwrap().release().await.unwrap();
+
+    server.kill();
+    let err = timeout(5 * SEC, a.lock("during"))
+        .await
+        .expect("no answer")
+        .unwrap_err();
+    assert!(err.is_backend(), "{err}");
+
+    server.restart();
+    let relock = async {
+        loop {
+            match a.lock("after").await {
+                Ok(guard) => return guard,
+                Err(e) => assert!(e.is_backend(), "{e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let held = timeout(10 * SEC, relock)
+        .await
+        .expect("the lock never worked again");
+
+    // wake-ups work again too: the pub/sub connection was re-established
+    let waiter = tokio::spawn(async move {
+        b.lock_with("after", LockOptions::new().wait(20 * SEC))
+            .await
+            .map(|g| g.fencing_token())
+    });
+    eventually(10 * SEC, "the waiter to subscribe", || async {
+        subscribers(&server, "after") == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_transfers_never_deadlock() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let moved = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (locker, moved) = (locker.clone(), moved.clone());
+        tasks.push(tokio::spawn(async move {
+            let keys = if i % 2 == 0 {
+                ["acct:a", "acct:b"]
+            } else {
+                ["acct:b", "acct:a"]
+            };
+            for _ in 0..10 {
+                locker
+                    .with_locks(keys, LockOptions::new().wait(20 * SEC), async {
+                        moved.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    timeout(60 * SEC, async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+    .expect("deadlock");
+    assert_eq!(moved.load(Ordering::SeqCst), 160);
+}
+
+#[tokio::test]
+async fn a_locker_on_a_bare_pool_polls_instead_of_subscribing() {
+    use lock_core::RedisConnectionManager;
+    use lock_core::bb8;
+
+    let server = RedisServer::spawn();
+    let manager = RedisConnectionManager::new(server.url()).unwrap();
+    let pool = bb8::Pool::builder()
+        .max_size(2)
+        .build(manager)
+        .await
+        .unwrap();
+    let locker = Locker::builder().pool(pool).build().await.unwrap();
+    let held = locker.lock("pooled").await.unwrap();
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock_with("pooled", LockOptions::new().wait(10 * SEC))
+                .await
+                .map(drop)
+        }
+    });
+    // it waits without a subscription, then finds the lock free by polling
+    eventually(3 * SEC, "the waiter to try at least twice", || async {
+        evalsha_calls(&server) >= 3
+    })
+    .await;
+    assert_eq!(subscribers(&server, "pooled"), 0);
+    held.release().await.unwrap();
+    timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
+}
