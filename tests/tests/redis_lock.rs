@@ -301,36 +301,49 @@ async fn fencing_tokens_survive_a_server_restart() {
 async fn a_release_wakes_the_waiter_without_polling_and_waiters_do_not_hammer() {
     let server = RedisServer::spawn();
     let (a, b) = (connect(&server).await, connect(&server).await);
+    let wait_for_it = |locker: Locker| {
+        tokio::spawn(async move {
+            let guard = locker
+                .lock_with("handoff", LockOptions::new().wait(30 * SEC))
+                .await
+                .unwrap();
+            (Instant::now(), guard)
+        })
+    };
+
+    // The waiter tries once, subscribes, tries again, then naps at least 0.75 s before
+    // a safety poll. Released after that second try, it can only get the lock within
+    // the next 0.75 s if the release message wakes it.
     let held = a.lock("handoff").await.unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = b
-            .lock_with("handoff", LockOptions::new().wait(30 * SEC))
-            .await
-            .unwrap();
-        (Instant::now(), guard.fencing_token())
-    });
-    eventually(5 * SEC, "the waiter to subscribe", || async {
+    let before = evalsha_calls(&server);
+    let waiter = wait_for_it(b.clone());
+    eventually(5 * SEC, "the waiter to subscribe and try again", || async {
+        subscribers(&server, "handoff") == 1 && evalsha_calls(&server) - before >= 2
+    })
+    .await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (acquired_at, held) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    let handoff = acquired_at - released_at;
+    assert!(
+        handoff < Duration::from_millis(300),
+        "handoff took {handoff:?}: woken by a poll, not by the release"
+    );
+
+    // While the lock stays held, a waiter only polls as a safety net.
+    let waiter = wait_for_it(a.clone());
+    eventually(5 * SEC, "the second waiter to subscribe", || async {
         subscribers(&server, "handoff") == 1
     })
     .await;
-
-    // While the lock stays held, the waiter only polls as a safety net.
     let before = evalsha_calls(&server);
     tokio::time::sleep(3 * SEC).await;
     let attempts = evalsha_calls(&server) - before;
     assert!(attempts <= 5, "the waiter made {attempts} attempts in 3 s");
-
-    let released_at = Instant::now();
     held.release().await.unwrap();
-    let (acquired_at, _) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
-    let handoff = acquired_at - released_at;
-    // A safety poll comes every 0.75 s to 1 s; a wake-up by the release message is
-    // one round trip. 300 ms separates the two even on a loaded machine.
-    assert!(
-        handoff < Duration::from_millis(300),
-        "handoff took {handoff:?}: woken by a poll?"
-    );
-    eventually(5 * SEC, "the waiter to unsubscribe", || async {
+    let (_, last) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    last.release().await.unwrap();
+    eventually(5 * SEC, "the waiters to unsubscribe", || async {
         subscribers(&server, "handoff") == 0
     })
     .await;

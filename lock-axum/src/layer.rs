@@ -1,0 +1,198 @@
+//! The layer and its settings.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{Method, StatusCode};
+use lock_core::Locker;
+use tower_layer::Layer;
+
+use crate::key::{KeyExtractor, KeyTemplate, TemplateError};
+use crate::rejection::LockRejection;
+use crate::service::LockService;
+
+/// How long a request waits for its lock unless [`LockLayer::wait`] says otherwise.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+
+type ErrorHandler = Arc<dyn Fn(LockRejection) -> Response + Send + Sync>;
+
+/// The settings shared by every [`LockService`] a layer makes.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) locker: Locker,
+    pub(crate) extractor: Arc<dyn KeyExtractor>,
+    pub(crate) wait: Duration,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) contended: StatusCode,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) hold_until_body_end: bool,
+    pub(crate) error_handler: Option<ErrorHandler>,
+}
+
+impl Config {
+    pub(crate) fn locks(&self, method: &Method) -> bool {
+        self.methods.contains(method)
+    }
+
+    pub(crate) fn reject(&self, rejection: LockRejection) -> Response {
+        match &self.error_handler {
+            Some(handler) => handler(rejection),
+            None => rejection.into_response(),
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("locker", &self.locker)
+            .field("extractor", &self.extractor)
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
+            .field("contended", &self.contended)
+            .field("methods", &self.methods)
+            .field("hold_until_body_end", &self.hold_until_body_end)
+            .field("error_handler", &self.error_handler.as_ref().map(|_| ".."))
+            .finish()
+    }
+}
+
+/// Runs each request under a distributed lock named from the request: see the
+/// [crate docs](crate) for an example and for why it belongs in [`Router::route_layer`].
+///
+/// Defaults: POST, PUT, PATCH and DELETE lock (other methods pass through unlocked), a
+/// request waits up to 5 s ([`DEFAULT_WAIT`]), then gets `423 Locked` with `Retry-After`;
+/// the lease is the [`Locker`]'s default, renewed by lock-core's watchdog while the
+/// request runs; the lock is released as soon as the handler's response is produced.
+///
+/// [`Router::route_layer`]: axum::Router::route_layer
+#[derive(Debug, Clone)]
+pub struct LockLayer {
+    config: Arc<Config>,
+}
+
+impl LockLayer {
+    /// A layer that locks the key built from `template` (see [`KeyTemplate`] for the
+    /// placeholders).
+    ///
+    /// # Panics
+    ///
+    /// If the template is malformed, with a message saying where and why, the way
+    /// [`Router::route`](axum::Router::route) panics on a malformed path. Use
+    /// [`try_new`](Self::try_new) for a template that is not a literal in the code.
+    #[track_caller]
+    pub fn new(locker: Locker, template: &str) -> Self {
+        match Self::try_new(locker, template) {
+            Ok(layer) => layer,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    /// [`new`](Self::new) that returns the template error instead of panicking.
+    pub fn try_new(locker: Locker, template: &str) -> Result<Self, TemplateError> {
+        Ok(Self::with_extractor(locker, KeyTemplate::parse(template)?))
+    }
+
+    /// A layer that asks `extractor` for each request's lock name.
+    pub fn with_extractor(locker: Locker, extractor: impl KeyExtractor) -> Self {
+        LockLayer {
+            config: Arc::new(Config {
+                locker,
+                extractor: Arc::new(extractor),
+                wait: DEFAULT_WAIT,
+                lease: None,
+                contended: StatusCode::LOCKED,
+                methods: vec![Method::POST, Method::PUT, Method::PATCH, Method::DELETE],
+                hold_until_body_end: false,
+                error_handler: None,
+            }),
+        }
+    }
+
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// How long a request waits for a held lock before it is rejected (default 5 s);
+    /// `Duration::ZERO` makes one attempt and rejects at once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.config().wait = wait;
+        self
+    }
+
+    /// The lease of each lock (default: the [`Locker`]'s). The watchdog renews it while the
+    /// request runs, so it bounds how long a crashed replica can keep the lock, not how
+    /// long a request may take.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config().lease = Some(lease);
+        self
+    }
+
+    /// The status for a request that waited its whole wait (default `423 Locked`); `409`,
+    /// `429` and `503` are common choices. `Retry-After` is sent with any of them.
+    ///
+    /// # Panics
+    ///
+    /// If `status` is not a client or server error status.
+    #[track_caller]
+    pub fn on_contended(mut self, status: StatusCode) -> Self {
+        assert!(
+            status.is_client_error() || status.is_server_error(),
+            "LockLayer::on_contended needs a 4xx or 5xx status, got {status}"
+        );
+        self.config().contended = status;
+        self
+    }
+
+    /// The methods that lock (default POST, PUT, PATCH, DELETE); requests with any other
+    /// method pass through unlocked. `methods([Method::GET, Method::POST])` locks reads
+    /// too.
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config().methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Holds the lock until the response body has been sent in full (or dropped), instead
+    /// of until the handler's response is produced (default `false`). For handlers that
+    /// stream a body produced under the lock.
+    pub fn hold_until_body_end(mut self, hold: bool) -> Self {
+        self.config().hold_until_body_end = hold;
+        self
+    }
+
+    /// Answers rejected requests with `handler` instead of the
+    /// [`LockRejection`]'s own response.
+    ///
+    /// ```
+    /// use lock_axum::{LockLayer, LockRejection};
+    /// use lock_core::Locker;
+    ///
+    /// let layer = LockLayer::new(Locker::in_memory(), "balance:{id}").error_handler(
+    ///     |rejection: LockRejection| {
+    ///         let status = rejection.status();
+    ///         (status, format!("{{\"error\":\"{rejection}\"}}"))
+    ///     },
+    /// );
+    /// # let _ = layer;
+    /// ```
+    pub fn error_handler<F, R>(mut self, handler: F) -> Self
+    where
+        F: Fn(LockRejection) -> R + Send + Sync + 'static,
+        R: IntoResponse,
+    {
+        self.config().error_handler = Some(Arc::new(move |rejection| {
+            handler(rejection).into_response()
+        }));
+        self
+    }
+}
+
+impl<S> Layer<S> for LockLayer {
+    type Service = LockService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::from_config(inner, self.config.clone())
+    }
+}

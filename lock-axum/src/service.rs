@@ -1,0 +1,189 @@
+//! The service: takes the lock, then calls the inner service.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::rejection::RawPathParamsRejection;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::response::Response;
+use http::Request;
+use http::request::Parts;
+use lock_core::{LockGuard, LockOptions, Locker};
+use tower_service::Service;
+
+use crate::future::{Acquired, ResponseFuture};
+use crate::key::{KeyExtractor, PathParams, TemplateError};
+use crate::layer::{Config, LockLayer};
+use crate::rejection::LockRejection;
+
+/// The lock a request holds, for its handler: take it as `Extension<HeldLock>`.
+///
+/// ```
+/// use axum::Extension;
+/// use lock_axum::HeldLock;
+///
+/// async fn deposit(Extension(lock): Extension<HeldLock>) -> String {
+///     // pass the token along to storage that rejects stale writers
+///     format!("{} #{}", lock.key(), lock.fencing_token())
+/// }
+/// ```
+///
+/// Only requests that took a lock carry it; the lock itself stays with the layer, which
+/// releases it when the response is produced (or its body ends, with
+/// [`hold_until_body_end`](crate::LockLayer::hold_until_body_end)).
+#[derive(Debug, Clone)]
+pub struct HeldLock {
+    key: Arc<str>,
+    fencing_token: u64,
+}
+
+impl HeldLock {
+    /// The lock's name, as built from the request.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token of this acquisition: greater than that of every earlier holder
+    /// of the same lock.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+}
+
+/// Runs each request under its lock; made by [`LockLayer`], see the [crate docs](crate).
+#[derive(Debug, Clone)]
+pub struct LockService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> LockService<S> {
+    /// Wraps `inner` with the lock named by `template`.
+    ///
+    /// # Panics
+    ///
+    /// If the template is malformed; see [`LockLayer::new`].
+    #[track_caller]
+    pub fn new(inner: S, locker: Locker, template: &str) -> Self {
+        LockLayer::new(locker, template).layer_inner(inner)
+    }
+
+    /// [`new`](Self::new) that returns the template error instead of panicking.
+    pub fn try_new(inner: S, locker: Locker, template: &str) -> Result<Self, TemplateError> {
+        Ok(LockLayer::try_new(locker, template)?.layer_inner(inner))
+    }
+
+    /// Wraps `inner`, asking `extractor` for each request's lock name.
+    pub fn with_extractor(inner: S, locker: Locker, extractor: impl KeyExtractor) -> Self {
+        LockLayer::with_extractor(locker, extractor).layer_inner(inner)
+    }
+
+    /// A [`LockLayer`]: the same as [`LockLayer::new`].
+    #[track_caller]
+    pub fn layer(locker: Locker, template: &str) -> LockLayer {
+        LockLayer::new(locker, template)
+    }
+
+    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+        LockService { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl LockLayer {
+    fn layer_inner<S>(&self, inner: S) -> LockService<S> {
+        tower_layer::Layer::layer(self, inner)
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    ResBody::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let hold_body = self.config.hold_until_body_end;
+        if !self.config.locks(req.method()) {
+            return ResponseFuture::running(self.inner.call(req), None, hold_body);
+        }
+        // The lock is taken before the inner service is called: take the service that was
+        // driven to readiness and leave a clone in its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        let acquire = async move {
+            let (mut parts, body) = req.into_parts();
+            let guard = match acquire(&config, &mut parts).await {
+                Ok(guard) => guard,
+                Err(rejection) => return Err(config.reject(rejection)),
+            };
+            if let Some(guard) = &guard {
+                parts.extensions.insert(HeldLock {
+                    key: guard.key().into(),
+                    fencing_token: guard.fencing_token(),
+                });
+            }
+            let acquired: Acquired<S::Future> =
+                (inner.call(Request::from_parts(parts, body)), guard);
+            Ok(acquired)
+        };
+        ResponseFuture::acquiring(Box::pin(acquire), hold_body)
+    }
+}
+
+/// Names the lock from the request head and takes it; `None` when the extractor says the
+/// request takes no lock.
+async fn acquire(config: &Config, parts: &mut Parts) -> Result<Option<LockGuard>, LockRejection> {
+    // axum put the matched route's parameters in the extensions when it routed the
+    // request; `RawPathParams` reads them without awaiting anything.
+    let params = match RawPathParams::from_request_parts(parts, &()).await {
+        Ok(raw) => PathParams::from_raw(&raw),
+        Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => {
+            return Err(LockRejection::invalid(
+                "a path parameter",
+                "is not valid UTF-8",
+            ));
+        }
+        // no parameters: this route has none, or the layer runs before routing
+        Err(_) => PathParams::default(),
+    };
+    parts.extensions.insert(params);
+    let key = config.extractor.extract(parts);
+    parts.extensions.remove::<PathParams>();
+    let Some(key) = key? else {
+        return Ok(None);
+    };
+    let mut options = LockOptions::new().wait(config.wait);
+    if let Some(lease) = config.lease {
+        options = options.lease(lease);
+    }
+    match config.locker.lock_with(&key, options).await {
+        Ok(guard) => Ok(Some(guard)),
+        Err(err) => Err(LockRejection::from_lock_error(err, config.contended)),
+    }
+}
