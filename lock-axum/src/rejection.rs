@@ -19,6 +19,7 @@ use lock_core::LockError;
 /// | `InvalidKey`           | `400 Bad Request`                                    |
 /// | `Contended`            | `423 Locked` or the [`on_contended`](crate::LockLayer::on_contended) status, with `Retry-After` |
 /// | `Unavailable`          | `503 Service Unavailable`                            |
+/// | `Lost`                 | `503 Service Unavailable`                            |
 /// | `Misconfigured`        | `500 Internal Server Error`                          |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -57,6 +58,13 @@ pub enum LockRejection {
     /// The lock backend could not be reached or failed: the handler was not run.
     #[error("the lock service is unavailable")]
     Unavailable(#[source] LockError),
+    /// The lease was lost (renewal failed until it ran out) while the handler ran: the
+    /// handler was stopped, since another request may hold the lock now.
+    #[error("the lock was lost before the response was ready; retry")]
+    Lost {
+        /// The lock's name.
+        key: String,
+    },
     /// The lock settings were refused (an unusable lease, for instance).
     #[error("the lock is misconfigured")]
     Misconfigured(#[source] LockError),
@@ -102,7 +110,9 @@ impl LockRejection {
             | LockRejection::InvalidKeyMaterial { .. }
             | LockRejection::InvalidKey { .. } => StatusCode::BAD_REQUEST,
             LockRejection::Contended { status, .. } => *status,
-            LockRejection::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            LockRejection::Unavailable(_) | LockRejection::Lost { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             LockRejection::Misconfigured(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

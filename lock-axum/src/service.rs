@@ -127,15 +127,15 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let hold_body = self.config.hold_until_body_end;
         if !self.config.locks(req.method()) {
-            return ResponseFuture::running(self.inner.call(req), None, hold_body);
+            return ResponseFuture::unlocked(self.inner.call(req), self.config.clone());
         }
         // The lock is taken before the inner service is called: take the service that was
         // driven to readiness and leave a clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
+        let response_config = config.clone();
         let acquire = async move {
             let (mut parts, body) = req.into_parts();
             let guard = match acquire(&config, &mut parts).await {
@@ -152,7 +152,7 @@ where
                 (inner.call(Request::from_parts(parts, body)), guard);
             Ok(acquired)
         };
-        ResponseFuture::acquiring(Box::pin(acquire), hold_body)
+        ResponseFuture::acquiring(Box::pin(acquire), response_config)
     }
 }
 

@@ -776,3 +776,39 @@ async fn hold_until_body_end_holds_across_a_streaming_body() {
     wait_until_free(&checker, "report:2", DEADLINE).await;
     drop((tx, response));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_mid_handler_stops_the_handler_with_503() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let (started_tx, mut started_rx) = mpsc::channel::<()>(1);
+    let finished = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/jobs/{id}/run",
+            post({
+                let finished = finished.clone();
+                move || async move {
+                    started_tx.send(()).await.unwrap();
+                    tokio::time::sleep(DEADLINE).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    "done"
+                }
+            }),
+        )
+        .route_layer(LockLayer::new(locker, "job:{id}").lease(Duration::from_secs(1)));
+    let addr = serve(app).await;
+    let client = client();
+    let reply = tokio::spawn(async move { post_to(&client, addr, "/jobs/7/run").await });
+    recv_within(started_rx.recv()).await;
+    // behind the holder's back: the watchdog finds the key gone at its next renewal
+    server.cmd(&["DEL", "lock:{job:7}"]).unwrap();
+    let reply = reply.await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(reply.body.contains("lost"), "{reply:?}");
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the handler ran on unlocked"
+    );
+}
