@@ -75,3 +75,74 @@ pub use bb8;
 pub use bb8_redis;
 pub use bb8_redis::RedisConnectionManager;
 pub use redis;
+
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;
+
+/// What `#[distributed_lock]` expands to. Not public API: no stability guarantees.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::{LockError, LockGuard, LockOptions, Locker, MultiGuard};
+    pub use std::time::Duration;
+
+    /// The locker set with [`Locker::set_global`], or the error saying how to set one.
+    pub fn global() -> Result<Locker, LockError> {
+        Locker::global().ok_or_else(|| {
+            LockError::Config("no locker: pass locker = .. or call Locker::set_global first".into())
+        })
+    }
+
+    /// What `locker = ..` accepts.
+    #[diagnostic::on_unimplemented(
+        message = "`locker = ..` must be a `Locker` (or `&Locker`, `Arc<Locker>`), not `{Self}`",
+        label = "not a `Locker`"
+    )]
+    pub trait AsLocker {
+        /// The locker.
+        fn as_locker(&self) -> &Locker;
+    }
+
+    impl AsLocker for Locker {
+        fn as_locker(&self) -> &Locker {
+            self
+        }
+    }
+
+    impl<T: AsLocker + ?Sized> AsLocker for &T {
+        fn as_locker(&self) -> &Locker {
+            (**self).as_locker()
+        }
+    }
+
+    impl<T: AsLocker + ?Sized> AsLocker for std::sync::Arc<T> {
+        fn as_locker(&self) -> &Locker {
+            (**self).as_locker()
+        }
+    }
+
+    impl<T: AsLocker + ?Sized> AsLocker for Box<T> {
+        fn as_locker(&self) -> &Locker {
+            (**self).as_locker()
+        }
+    }
+
+    /// An owned handle to the locker of `locker = ..`.
+    pub fn locker<L: AsLocker + ?Sized>(locker: &L) -> Locker {
+        locker.as_locker().clone()
+    }
+
+    /// Releases after the body ran: its result stands even if the release fails.
+    pub async fn release(guard: LockGuard) {
+        let key = guard.key().to_owned();
+        if let Err(e) = guard.release().await {
+            tracing::warn!(key, error = %e, "release after #[distributed_lock] failed");
+        }
+    }
+
+    /// [`release`] for several locks.
+    pub async fn release_all(guards: MultiGuard) {
+        if let Err(e) = guards.release().await {
+            tracing::warn!(error = %e, "release after #[distributed_lock] failed");
+        }
+    }
+}

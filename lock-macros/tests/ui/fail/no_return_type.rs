@@ -1,0 +1,8 @@
+use lock_core::distributed_lock;
+
+#[distributed_lock(key = "balance:{id}")]
+async fn deposit(id: u64) {
+    let _ = id;
+}
+
+fn main() {}
