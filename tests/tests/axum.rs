@@ -199,28 +199,33 @@ async fn concurrent_posts_to_one_account_serialize() {
         LockLayer::new(locker, "balance:{id}"),
     ))
     .await;
-    let client = client();
+    deposit_concurrently(&bank, &[addr], 1, 25).await;
+}
 
-    const N: usize = 25;
-    let mut tasks = Vec::new();
-    for _ in 0..N {
-        let client = client.clone();
-        tasks.push(tokio::spawn(async move {
-            post_to(&client, addr, "/accounts/1/deposit").await
-        }));
-    }
+/// Sends `n` concurrent deposits to account `id`, spread over the `addrs` instances, and
+/// checks that all succeeded, none was lost and no two ran at once.
+async fn deposit_concurrently(bank: &Bank, addrs: &[SocketAddr], id: u64, n: usize) {
+    let client = client();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (client, addr) = (client.clone(), addrs[i % addrs.len()]);
+            let path = format!("/accounts/{id}/deposit");
+            tokio::spawn(async move { post_to(&client, addr, &path).await })
+        })
+        .collect();
     for task in tasks {
         let reply = task.await.unwrap();
         assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
     }
+    let expected = i64::try_from(n).unwrap();
     assert_eq!(
-        bank.balance(1),
-        N as i64,
+        bank.balance(id),
+        expected,
         "lost updates: {}",
-        N as i64 - bank.balance(1)
+        expected - bank.balance(id)
     );
     assert_eq!(
-        bank.max_in_flight(1),
+        bank.max_in_flight(id),
         1,
         "two deposits to one account overlapped"
     );
@@ -270,28 +275,7 @@ async fn two_app_instances_on_one_redis_exclude_each_other() {
         LockLayer::new(connect(&redis).await, "balance:{id}"),
     ))
     .await;
-    let client = client();
-
-    const N: usize = 24;
-    let mut tasks = Vec::new();
-    for i in 0..N {
-        let client = client.clone();
-        let addr = if i % 2 == 0 { first } else { second };
-        tasks.push(tokio::spawn(async move {
-            post_to(&client, addr, "/accounts/5/deposit").await
-        }));
-    }
-    for task in tasks {
-        let reply = task.await.unwrap();
-        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
-    }
-    assert_eq!(
-        bank.balance(5),
-        N as i64,
-        "lost updates: {}",
-        N as i64 - bank.balance(5)
-    );
-    assert_eq!(bank.max_in_flight(5), 1, "the two instances overlapped");
+    deposit_concurrently(&bank, &[first, second], 5, 24).await;
 }
 
 // ---------------------------------------------------------------------------------------
