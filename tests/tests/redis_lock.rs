@@ -591,3 +591,26 @@ async fn a_locker_on_a_bare_pool_polls_instead_of_subscribing() {
     held.release().await.unwrap();
     timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_wait_ends_at_its_deadline_with_the_holders_lease() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let _held = a
+        .lock_with("busy", LockOptions::new().lease(10 * SEC))
+        .await
+        .unwrap();
+    let wait = Duration::from_millis(400);
+    let started = Instant::now();
+    let err = b
+        .lock_with("busy", LockOptions::new().wait(wait))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(err.is_timeout(), "{err}");
+    // the naps are cut at the deadline, then one last attempt: a round trip late at most
+    assert!(waited >= wait, "gave up early, after {waited:?}");
+    assert!(waited < wait + SEC, "gave up late, after {waited:?}");
+    let ttl = err.retry_after().expect("the holder's remaining lease");
+    assert!(ttl > 8 * SEC && ttl <= 10 * SEC, "holder ttl {ttl:?}");
+}
