@@ -108,12 +108,12 @@ impl Lease {
         }
     }
 
-    /// Marks the lease released; the watchdog stops renewing it before the release is
-    /// sent, so no renewal can follow the release.
-    pub(crate) fn mark_released(&self) {
-        let _ = self
-            .state
-            .compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire);
+    /// Marks the lease released (if it was held); the watchdog stops renewing it before
+    /// the release is sent, so no renewal can follow the release.
+    pub(crate) fn mark_released(&self) -> bool {
+        self.state
+            .compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Resolves once the lease is lost.
@@ -265,7 +265,7 @@ impl LockGuard {
         if self.locker.end_hold(&self.lease) == HoldEnd::Nested {
             return Ok(());
         }
-        self.lease.mark_released();
+        self.stop_renewal();
         let released = self
             .locker
             .backend()
@@ -276,6 +276,18 @@ impl LockGuard {
             Ok(())
         } else {
             Err(self.not_held())
+        }
+    }
+
+    /// The lease, without keeping it alive.
+    #[cfg(test)]
+    pub(crate) fn lease_weak(&self) -> std::sync::Weak<Lease> {
+        Arc::downgrade(&self.lease)
+    }
+
+    fn stop_renewal(&self) {
+        if self.lease.mark_released() {
+            self.locker.inner.watchdog.released();
         }
     }
 
@@ -291,7 +303,7 @@ impl Drop for LockGuard {
         if self.done || self.locker.end_hold(&self.lease) == HoldEnd::Nested {
             return;
         }
-        self.lease.mark_released();
+        self.stop_renewal();
         tracing::debug!(key = %self.lease.name, fence = self.lease.fence, "lock guard dropped: releasing");
         self.locker
             .backend()

@@ -64,7 +64,7 @@ pub(crate) struct Inner {
     defaults: Defaults,
     max_key_len: usize,
     holds: Holds,
-    watchdog: Watchdog,
+    pub(crate) watchdog: Watchdog,
     epoch: Instant,
 }
 

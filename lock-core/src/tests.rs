@@ -389,3 +389,30 @@ async fn the_global_locker_is_set_and_replaced() {
     Locker::set_global(second.clone());
     assert!(Arc::ptr_eq(&Locker::global().unwrap().inner, &second.inner));
 }
+
+#[tokio::test(start_paused = true)]
+async fn released_leases_do_not_pile_up_in_the_watchdog() {
+    let locker = Locker::in_memory();
+    let first = locker.lock("churn").await.unwrap();
+    let first_lease = first.lease_weak();
+    first.release().await.unwrap();
+    // Paused time never brings the first lease's renewal due: only compaction of
+    // released leases can let it go.
+    for i in 0..5000 {
+        locker
+            .lock(&format!("churn:{i}"))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        first_lease.upgrade().is_none(),
+        "the watchdog still holds a lease released 5000 acquisitions ago"
+    );
+}

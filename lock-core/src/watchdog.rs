@@ -8,7 +8,7 @@
 //! watchdog off, a lease only comes up at its deadline, to be marked lost.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ use crate::locker::Inner;
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
     tx: Mutex<Option<mpsc::UnboundedSender<Arc<Lease>>>>,
+    /// Leases released since the queue was last compacted.
+    released: Arc<AtomicUsize>,
 }
 
 impl Watchdog {
@@ -38,8 +40,14 @@ impl Watchdog {
         };
         let (new_tx, rx) = mpsc::unbounded_channel();
         let _ = new_tx.send(lease);
-        tokio::spawn(run(Arc::downgrade(inner), rx));
+        tokio::spawn(run(Arc::downgrade(inner), rx, self.released.clone()));
         *tx = Some(new_tx);
+    }
+
+    /// Counts a released lease: the queue drops it when compacting, rather than holding
+    /// it until it would have come due (up to a whole lease later).
+    pub(crate) fn released(&self) {
+        self.released.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -53,7 +61,11 @@ fn next_check(lease: &Lease, now: Instant) -> Instant {
     }
 }
 
-async fn run(inner: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Arc<Lease>>) {
+async fn run(
+    inner: Weak<Inner>,
+    mut rx: mpsc::UnboundedReceiver<Arc<Lease>>,
+    released: Arc<AtomicUsize>,
+) {
     let mut queue: BTreeMap<(Instant, u64), Arc<Lease>> = BTreeMap::new();
     let mut seq = 0u64;
     let mut schedule = |queue: &mut BTreeMap<_, _>, at: Instant, lease: Arc<Lease>| {
@@ -68,6 +80,13 @@ async fn run(inner: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Arc<Lease>>) {
                 Some(lease) => {
                     let at = next_check(&lease, Instant::now());
                     schedule(&mut queue, at, lease);
+                    // Once released leases may be half the queue, drop them all: each
+                    // compaction costs at most twice the releases it follows.
+                    let stale = released.load(Ordering::Relaxed);
+                    if stale >= 1024 && stale * 2 >= queue.len() {
+                        released.fetch_sub(stale, Ordering::Relaxed);
+                        queue.retain(|_, lease| lease.is_active());
+                    }
                 }
                 // The Locker and all its guards are gone.
                 None => return,
