@@ -208,6 +208,25 @@ impl Locker {
         Ok(out)
     }
 
+    /// Waits until the locks this `Locker` gives back in the background (for dropped
+    /// guards, and for acquisitions cut short after they were sent) have been released.
+    /// Call it before the runtime shuts down, after a graceful server shutdown for
+    /// instance, so that no lock is left to run out its lease. Each release is bounded by
+    /// the connection's response timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::in_memory();
+    /// drop(locker.lock("job:1").await?); // released in the background
+    /// locker.flush().await;              // ... and now surely released
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn flush(&self) {
+        self.inner.backend.flush().await;
+    }
+
     async fn acquire(
         &self,
         name: Arc<str>,

@@ -614,3 +614,29 @@ async fn a_wait_ends_at_its_deadline_with_the_holders_lease() {
     let ttl = err.retry_after().expect("the holder's remaining lease");
     assert!(ttl > 8 * SEC && ttl <= 10 * SEC, "holder ttl {ttl:?}");
 }
+
+#[tokio::test]
+async fn flush_waits_for_the_releases_of_dropped_guards() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let names: Vec<String> = (0..8).map(|i| format!("flushed:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(locker.lock(name).await.unwrap());
+    }
+    // Paused, the server leaves the background releases unanswered: flush must wait.
+    server.pause();
+    drop(guards);
+    let early = timeout(Duration::from_millis(200), locker.flush()).await;
+    server.resume();
+    assert!(
+        early.is_err(),
+        "flush returned while the releases were still in flight"
+    );
+    timeout(5 * SEC, locker.flush())
+        .await
+        .expect("flush never returned");
+    for name in &names {
+        assert!(!exists(&server, name), "{name} is still locked after flush");
+    }
+}

@@ -56,6 +56,15 @@ impl Backend {
         }
     }
 
+    /// Waits until releases started in the background have been answered.
+    pub(crate) async fn flush(&self) {
+        match self {
+            Self::Redis(r) => r.flush().await,
+            // in memory, a release is done before the guard's drop returns
+            Self::Memory(_) => {}
+        }
+    }
+
     pub(crate) async fn extend(
         &self,
         name: &str,

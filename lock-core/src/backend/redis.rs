@@ -6,6 +6,7 @@
 //! pub/sub connection per `Locker` (see [`Hub`]).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use bb8_redis::RedisConnectionManager;
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use redis::{RedisError, Script};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::Attempt;
 use crate::LockError;
@@ -55,6 +56,7 @@ pub(crate) struct RedisBackend {
     conn: ArcSwapOption<MultiplexedConnection>,
     scripts: Arc<Scripts>,
     reconnecting: tokio::sync::Mutex<()>,
+    detached: Arc<Detached>,
     connect_timeout: Duration,
     address: String,
     namespace: String,
@@ -85,6 +87,7 @@ impl RedisBackend {
             pool,
             conn: ArcSwapOption::empty(),
             reconnecting: tokio::sync::Mutex::new(()),
+            detached: Arc::default(),
             connect_timeout,
             scripts,
             hub: client.map(|client| Hub::new(client, waiters.clone(), connect_timeout)),
@@ -257,11 +260,16 @@ impl RedisBackend {
     pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str) {
         let backend = self.clone();
         let (name, token) = (name.to_owned(), token.to_owned());
-        spawn_or_warn(&name.clone(), async move {
+        self.detached.spawn(&name.clone(), async move {
             if let Err(e) = backend.release(&name, &token).await {
                 tracing::warn!(key = %name, error = %e, "background release failed; the lease will expire");
             }
         });
+    }
+
+    /// Waits until every background release has been answered.
+    pub(crate) async fn flush(&self) {
+        self.detached.idle().await;
     }
 
     pub(crate) async fn extend(
@@ -404,7 +412,7 @@ impl Drop for PendingAcquire<'_> {
         let scripts = self.backend.scripts.clone();
         let mut conn = self.conn.clone();
         let (key, token) = (self.key.to_owned(), self.token.to_owned());
-        spawn_or_warn(self.key, async move {
+        self.backend.detached.spawn(self.key, async move {
             if let Err(e) = release_on(&scripts, &mut conn, &key, &token).await {
                 tracing::warn!(key = %key, error = %e, "could not give back an interrupted acquire; the lease will expire");
             }
@@ -412,13 +420,37 @@ impl Drop for PendingAcquire<'_> {
     }
 }
 
-fn spawn_or_warn(key: &str, fut: impl Future<Output = ()> + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            handle.spawn(fut);
-        }
-        Err(_) => {
+/// Background releases (of dropped guards, of interrupted acquires), counted so that
+/// [`Locker::flush`](crate::Locker::flush) can wait for them.
+#[derive(Debug, Default)]
+struct Detached {
+    pending: AtomicUsize,
+    idle: Notify,
+}
+
+impl Detached {
+    fn spawn(self: &Arc<Self>, key: &str, fut: impl Future<Output = ()> + Send + 'static) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(key = %key, "no tokio runtime to release the lock in; the lease will expire");
+            return;
+        };
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let this = self.clone();
+        handle.spawn(async move {
+            fut.await;
+            if this.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                this.idle.notify_waiters();
+            }
+        });
+    }
+
+    async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
         }
     }
 }
