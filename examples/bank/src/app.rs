@@ -1,0 +1,249 @@
+//! HTTP: the routes, JSON in and out, and every failure as `{"error": "<reason>"}`.
+
+use std::fmt;
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use lock_axum::{HeldLock, LockLayer, LockRejection};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::Config;
+use crate::service::{AccountId, Amount, Bank, BankError, NO_FENCE};
+
+/// The service's routes. Deposits and withdrawals run under the lock `balance:{id}`,
+/// taken by the layer (unless `config.locks` is off); transfers lock both accounts in
+/// [`Bank::transfer`].
+pub(crate) fn router(bank: Bank, config: &Config) -> Router {
+    let mut updates = Router::new()
+        .route("/accounts/{id}/deposit", post(deposit))
+        .route("/accounts/{id}/withdraw", post(withdraw));
+    if config.locks {
+        updates = updates.route_layer(
+            LockLayer::new(bank.locker().clone(), "balance:{id}")
+                .wait(config.wait)
+                .error_handler(ApiError::from),
+        );
+    }
+    Router::new()
+        .route("/accounts/{id}", get(balance))
+        .route("/transfers", post(transfer))
+        .merge(updates)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        })
+        .with_state(bank)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AmountBody {
+    amount: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransferBody {
+    from: String,
+    to: String,
+    amount: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Balance {
+    id: AccountId,
+    balance: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Transfer {
+    from: Balance,
+    to: Balance,
+}
+
+type IdParam = Result<Path<String>, PathRejection>;
+
+async fn balance(State(bank): State<Bank>, id: IdParam) -> Result<Json<Balance>, ApiError> {
+    let id = AccountId::parse(&id?.0)?;
+    let balance = bank.balance(&id).await?;
+    Ok(Json(Balance { id, balance }))
+}
+
+async fn deposit(
+    State(bank): State<Bank>,
+    id: IdParam,
+    lock: Option<Extension<HeldLock>>,
+    body: Result<Json<AmountBody>, JsonRejection>,
+) -> Result<Json<Balance>, ApiError> {
+    let id = AccountId::parse(&id?.0)?;
+    let amount = Amount::parse(body?.amount)?;
+    let balance = bank.deposit(&id, amount, fence(lock)).await?;
+    Ok(Json(Balance { id, balance }))
+}
+
+async fn withdraw(
+    State(bank): State<Bank>,
+    id: IdParam,
+    lock: Option<Extension<HeldLock>>,
+    body: Result<Json<AmountBody>, JsonRejection>,
+) -> Result<Json<Balance>, ApiError> {
+    let id = AccountId::parse(&id?.0)?;
+    let amount = Amount::parse(body?.amount)?;
+    let balance = bank.withdraw(&id, amount, fence(lock)).await?;
+    Ok(Json(Balance { id, balance }))
+}
+
+async fn transfer(
+    State(bank): State<Bank>,
+    body: Result<Json<TransferBody>, JsonRejection>,
+) -> Result<Json<Transfer>, ApiError> {
+    let Json(body) = body?;
+    let from = AccountId::parse(&body.from)?;
+    let to = AccountId::parse(&body.to)?;
+    let amount = Amount::parse(body.amount)?;
+    let (from_balance, to_balance) = bank.transfer(&from, &to, amount).await?;
+    Ok(Json(Transfer {
+        from: Balance {
+            id: from,
+            balance: from_balance,
+        },
+        to: Balance {
+            id: to,
+            balance: to_balance,
+        },
+    }))
+}
+
+/// The fencing token of the lock the layer took; there is none only with locks off.
+fn fence(lock: Option<Extension<HeldLock>>) -> u64 {
+    lock.map_or(NO_FENCE, |Extension(lock)| lock.fencing_token())
+}
+
+/// An error answer: a status, `{"error": "<reason>", ..}`, and for contention a
+/// `Retry-After`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: Value,
+    retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: impl fmt::Display) -> Self {
+        ApiError::with_body(status, json!({ "error": error.to_string() }))
+    }
+
+    fn with_body(status: StatusCode, body: Value) -> Self {
+        ApiError {
+            status,
+            body,
+            retry_after: None,
+        }
+    }
+
+    /// A server-side failure: logged here, since the client only hears that it happened.
+    fn unavailable(what: &str, cause: &dyn fmt::Display) -> Self {
+        tracing::warn!("{what} unavailable: {cause}");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the {what} is unavailable; retry later"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body)).into_response();
+        if let Some(d) = self.retry_after {
+            // whole seconds, rounded up, at least 1
+            let secs = (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1);
+            let headers = response.headers_mut();
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+impl From<LockRejection> for ApiError {
+    fn from(rejection: LockRejection) -> Self {
+        let retry_after = rejection.retry_after_secs().map(Duration::from_secs);
+        ApiError {
+            retry_after,
+            ..ApiError::new(rejection.status(), &rejection)
+        }
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        // axum answers a body of the wrong shape with 422; here every unusable body is a
+        // 400, but a missing content type stays a 415 and an oversized body a 413
+        let status = match rejection {
+            JsonRejection::JsonDataError(_) | JsonRejection::JsonSyntaxError(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            _ => rejection.status(),
+        };
+        ApiError::new(status, rejection.body_text())
+    }
+}
+
+impl From<BankError> for ApiError {
+    fn from(e: BankError) -> Self {
+        let bad_request = |reason| ApiError::new(StatusCode::BAD_REQUEST, reason);
+        match e {
+            BankError::InvalidAccount => bad_request(format!(
+                "an account id is 1 to {} characters of A-Z, a-z, 0-9, _ and -",
+                AccountId::MAX_LEN
+            )),
+            BankError::InvalidAmount => bad_request("amount must be a positive integer".into()),
+            BankError::SameAccount => bad_request("from and to must be different accounts".into()),
+            BankError::Insufficient {
+                id,
+                balance,
+                amount,
+            } => ApiError::with_body(
+                StatusCode::CONFLICT,
+                json!({
+                    "error": "insufficient funds",
+                    "id": id,
+                    "balance": balance,
+                    "amount": amount,
+                }),
+            ),
+            BankError::Overflow { id } => ApiError::with_body(
+                StatusCode::CONFLICT,
+                json!({ "error": "the balance would overflow", "id": id }),
+            ),
+            BankError::Stale => ApiError::new(
+                StatusCode::CONFLICT,
+                "refused: this request's lock ran out and a newer holder wrote the account; retry",
+            ),
+            BankError::Lock(e) if e.is_timeout() => ApiError {
+                retry_after: e.retry_after(),
+                ..ApiError::new(
+                    StatusCode::LOCKED,
+                    "an account is locked by another request; retry later",
+                )
+            },
+            BankError::Lock(e) if e.is_lost() => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the lock was lost before the transfer was done; retry",
+            ),
+            BankError::Lock(e) => ApiError::unavailable("lock service", &e),
+            BankError::Store(e) => ApiError::unavailable("balance store", &e),
+        }
+    }
+}

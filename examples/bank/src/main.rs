@@ -1,0 +1,180 @@
+//! Run with: cargo run -p bank
+//!
+//! A small bank: per-account balances over HTTP, updated by a plain read-modify-write
+//! (read the balance, await, write it back) that distributed locks make safe, however many
+//! replicas share the Redis. `cargo run -p bank -- demo` shows what the locks save.
+//!
+//! ```text
+//! GET  /accounts/{id}           -> {"id": "alice", "balance": 0}
+//! POST /accounts/{id}/deposit   {"amount": 100}   (locks balance:{id}, via LockLayer)
+//! POST /accounts/{id}/withdraw  {"amount": 30}    (409 on insufficient funds)
+//! POST /transfers               {"from": "alice", "to": "bob", "amount": 20}
+//!                               (locks both, via #[distributed_lock])
+//! ```
+//!
+//! Environment:
+//! - `BANK_ADDR`: where to listen (default `127.0.0.1:3000`; port 0 takes a free one);
+//!   the address bound is printed as `listening on http://ADDR`
+//! - `REDIS_URL`: keep locks and balances in that Redis, shared by every replica;
+//!   without it, both live in this process
+//! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease and how long a request waits for
+//!   a lock before `423 Locked` (default: lock-core's, 30 s and 10 s)
+//! - `BANK_DELAY_MS`: the pause between reading a balance and writing it back, standing
+//!   for the rest of a real update's work (default 1)
+//! - `BANK_UNLOCKED=1`: take no locks at all, to see updates get lost (demo only)
+
+mod app;
+mod demo;
+mod service;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::service::Bank;
+
+const USAGE: &str = "usage: bank [demo]";
+
+/// The settings, from the environment (see the crate docs).
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) addr: SocketAddr,
+    pub(crate) redis_url: Option<String>,
+    pub(crate) lease: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) delay: Duration,
+    pub(crate) locks: bool,
+}
+
+impl Config {
+    fn from_env() -> Result<Config, String> {
+        // an empty variable counts as unset
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let millis = |name: &str, default: Duration| match var(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("{name} must be a whole number of milliseconds, got {v:?}")),
+        };
+        let addr = match var("BANK_ADDR") {
+            None => SocketAddr::from(([127, 0, 0, 1], 3000)),
+            Some(v) => v.parse().map_err(|_| {
+                format!("BANK_ADDR must be an address like 127.0.0.1:3000, got {v:?}")
+            })?,
+        };
+        let locks = match var("BANK_UNLOCKED").as_deref() {
+            None | Some("0" | "false") => true,
+            Some("1" | "true") => false,
+            Some(v) => return Err(format!("BANK_UNLOCKED must be 1 or 0, got {v:?}")),
+        };
+        Ok(Config {
+            addr,
+            redis_url: var("REDIS_URL"),
+            lease: millis("BANK_LEASE_MS", lock_core::DEFAULT_LEASE)?,
+            wait: millis("BANK_WAIT_MS", lock_core::DEFAULT_WAIT)?,
+            delay: millis("BANK_DELAY_MS", Duration::from_millis(1))?,
+            locks,
+        })
+    }
+
+    /// Where locks and balances live, without any password from the URL.
+    fn backend(&self) -> String {
+        match &self.redis_url {
+            Some(url) => {
+                let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                format!("locks and balances in redis at {host}")
+            }
+            None => "locks and balances in memory (set REDIS_URL to share them between replicas)"
+                .to_owned(),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match Config::from_env() {
+        Ok(config) => match args.as_slice() {
+            [] => serve(&config).await,
+            [demo] if demo == "demo" => demo::main(&config).await,
+            _ => Err(USAGE.to_owned()),
+        },
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bank: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until Ctrl-C or SIGTERM, then stops accepting, lets the requests in flight
+/// finish (releasing their locks), and returns.
+async fn serve(config: &Config) -> Result<(), String> {
+    println!("bank: {}", config.backend());
+    if !config.locks {
+        tracing::warn!("BANK_UNLOCKED is set: NO LOCKS, concurrent updates WILL be lost");
+        println!("bank: WARNING: BANK_UNLOCKED is set: no locks, concurrent updates will be lost");
+    }
+    let bank = Bank::open(config).await?;
+    let locker = bank.locker().clone();
+    let listener = TcpListener::bind(config.addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on http://{addr}");
+    axum::serve(listener, app::router(bank, config))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    // The lock layer gives each request's lock back in the background as its response
+    // is produced: let the last of those reach Redis before the runtime stops.
+    locker.flush().await;
+    println!("bank: stopped");
+    Ok(())
+}
+
+/// Resolves at the first Ctrl-C (SIGINT) or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!("cannot listen for ctrl-c: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+    println!("bank: shutting down: finishing the requests in flight");
+}

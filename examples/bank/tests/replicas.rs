@@ -1,0 +1,375 @@
+//! Bank replicas as real processes (this package's binary) sharing one spawned
+//! redis-server: concurrent updates spread over both, a replica killed while it holds
+//! locks, and a graceful shutdown.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use lock_tests::{RedisServer, eventually, wait_until};
+use serde_json::Value;
+
+/// The bound of every wait in this file.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A bank process, killed (SIGKILL) on drop; its output is printed if the test fails.
+struct Replica {
+    name: &'static str,
+    child: Child,
+    addr: SocketAddr,
+    output: Arc<Mutex<Vec<String>>>,
+}
+
+impl Replica {
+    /// Starts the binary against `redis` on a free port and waits for its
+    /// `listening on http://ADDR` line.
+    fn start(name: &'static str, redis: &RedisServer, env: &[(&str, &str)]) -> Replica {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_bank"));
+        for var in [
+            "BANK_LEASE_MS",
+            "BANK_WAIT_MS",
+            "BANK_DELAY_MS",
+            "BANK_UNLOCKED",
+        ] {
+            command.env_remove(var);
+        }
+        let mut child = command
+            .env("BANK_ADDR", "127.0.0.1:0")
+            .env("REDIS_URL", redis.url())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start the bank binary");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = mpsc::channel();
+        collect(name, child.stdout.take().unwrap(), &output, Some(addr_tx));
+        collect(name, child.stderr.take().unwrap(), &output, None);
+        let mut replica = Replica {
+            name,
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            output,
+        };
+        replica.addr = addr_rx
+            .recv_timeout(DEADLINE)
+            .unwrap_or_else(|_| panic!("{name}: no `listening on` line within {DEADLINE:?}"));
+        replica
+    }
+
+    /// SIGKILL: no shutdown, no release; its locks stay until their leases run out.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            for line in self.output.lock().unwrap().iter() {
+                eprintln!("[{}] {line}", self.name);
+            }
+        }
+    }
+}
+
+/// Keeps the lines of `stream`; sends the address of the `listening on` line to `addr`.
+fn collect(
+    name: &str,
+    stream: impl Read + Send + 'static,
+    output: &Arc<Mutex<Vec<String>>>,
+    addr: Option<mpsc::Sender<SocketAddr>>,
+) {
+    let output = output.clone();
+    let name = name.to_owned();
+    thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if let (Some(tx), Some(rest)) = (&addr, line.strip_prefix("listening on http://")) {
+                let parsed = rest.parse().unwrap_or_else(|_| panic!("{name}: {line}"));
+                let _ = tx.send(parsed);
+            }
+            output.lock().unwrap().push(line);
+        }
+    });
+}
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+fn http() -> Http {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// One request; `Err` when the connection fails (the replica died).
+async fn send(
+    http: &Http,
+    method: Method,
+    addr: SocketAddr,
+    path: &str,
+    body: Option<String>,
+) -> Result<(StatusCode, Value), String> {
+    let request = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .unwrap();
+    let exchange = async {
+        let response = http.request(request).await.map_err(|e| e.to_string())?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let json = serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
+        Ok((parts.status, json))
+    };
+    tokio::time::timeout(DEADLINE, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {path} from {addr} within {DEADLINE:?}"))
+}
+
+async fn balance(http: &Http, addr: SocketAddr, id: &str) -> i64 {
+    let path = format!("/accounts/{id}");
+    let (status, body) = send(http, Method::GET, addr, &path, None).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["balance"].as_i64().unwrap()
+}
+
+/// One update, and what it does to the balances when it succeeds.
+#[derive(Debug, Clone)]
+enum Op {
+    Deposit(&'static str, i64),
+    Withdraw(&'static str, i64),
+    Transfer(&'static str, &'static str, i64),
+}
+
+impl Op {
+    async fn send(&self, http: &Http, addr: SocketAddr) -> Result<(StatusCode, Value), String> {
+        let (path, body) = match *self {
+            Op::Deposit(id, amount) => (
+                format!("/accounts/{id}/deposit"),
+                format!(r#"{{"amount": {amount}}}"#),
+            ),
+            Op::Withdraw(id, amount) => (
+                format!("/accounts/{id}/withdraw"),
+                format!(r#"{{"amount": {amount}}}"#),
+            ),
+            Op::Transfer(from, to, amount) => (
+                "/transfers".to_owned(),
+                format!(r#"{{"from": "{from}", "to": "{to}", "amount": {amount}}}"#),
+            ),
+        };
+        send(http, Method::POST, addr, &path, Some(body)).await
+    }
+
+    fn apply(&self, ledger: &mut HashMap<&'static str, i64>) {
+        match *self {
+            Op::Deposit(id, amount) => *ledger.entry(id).or_default() += amount,
+            Op::Withdraw(id, amount) => *ledger.entry(id).or_default() -= amount,
+            Op::Transfer(from, to, amount) => {
+                *ledger.entry(from).or_default() -= amount;
+                *ledger.entry(to).or_default() += amount;
+            }
+        }
+    }
+}
+
+/// Sends `ops` (op `i` to `replicas[i % len]`), `concurrency` at a time; returns the ops
+/// that succeeded. Any answer but `200`, or `409 insufficient funds` for a withdrawal or a
+/// transfer, fails the test.
+async fn run(http: &Http, replicas: &[SocketAddr], ops: Vec<Op>, concurrency: usize) -> Vec<Op> {
+    let ops = Arc::new(ops);
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (http, ops, next, replicas) =
+                (http.clone(), ops.clone(), next.clone(), replicas.to_vec());
+            tokio::spawn(async move {
+                let mut done = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(op) = ops.get(i) else { break done };
+                    let addr = replicas[i % replicas.len()];
+                    let (status, body) = op.send(&http, addr).await.unwrap();
+                    match status {
+                        StatusCode::OK => done.push(op.clone()),
+                        StatusCode::CONFLICT
+                            if !matches!(op, Op::Deposit(..))
+                                && body["error"] == "insufficient funds" => {}
+                        _ => panic!("{op:?} on {addr}: {status} {body}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for worker in workers {
+        done.extend(worker.await.unwrap());
+    }
+    done
+}
+
+fn lock_exists(redis: &RedisServer, account: &str) -> bool {
+    let key = format!("lock:{{balance:{account}}}");
+    redis.cmd(&["EXISTS", &key]).unwrap().as_int() == Some(1)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_keep_every_balance_exact() {
+    let redis = RedisServer::spawn();
+    let a = Replica::start("a", &redis, &[]);
+    let b = Replica::start("b", &redis, &[]);
+    let (replicas, http) = ([a.addr, b.addr], http());
+
+    const ACCOUNTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
+    const SEED: i64 = 1_000;
+    let seeds = ACCOUNTS.map(|id| Op::Deposit(id, SEED)).to_vec();
+    assert_eq!(run(&http, &replicas, seeds, 4).await.len(), 4);
+
+    // Deposits, withdrawals (some beyond the balance), and transfers both ways between
+    // the same accounts, alternating between the replicas.
+    let ops: Vec<Op> = (0..400)
+        .map(|i| {
+            let x = ACCOUNTS[i % 4];
+            let y = ACCOUNTS[(i + 1 + (i / 4) % 3) % 4];
+            let amount = i64::try_from(1 + i % 97).unwrap();
+            match (i / 2) % 4 {
+                0 => Op::Deposit(x, amount),
+                1 => Op::Withdraw(x, amount * 3),
+                2 => Op::Transfer(x, y, amount * 2),
+                _ => Op::Transfer(y, x, amount * 2),
+            }
+        })
+        .collect();
+    let done = run(&http, &replicas, ops, 32).await;
+
+    let mut ledger = HashMap::new();
+    done.iter().for_each(|op| op.apply(&mut ledger));
+    let mut total = 0;
+    for id in ACCOUNTS {
+        let expected = SEED + ledger.get(id).copied().unwrap_or(0);
+        for addr in replicas {
+            assert_eq!(balance(&http, addr, id).await, expected, "{id} on {addr}");
+        }
+        total += expected;
+    }
+    let flows: i64 = done
+        .iter()
+        .map(|op| match *op {
+            Op::Deposit(_, amount) => amount,
+            Op::Withdraw(_, amount) => -amount,
+            Op::Transfer(..) => 0,
+        })
+        .sum();
+    assert_eq!(
+        total,
+        4 * SEED + flows,
+        "transfers create or destroy no money"
+    );
+    let transfers = done.iter().filter(|op| matches!(op, Op::Transfer(..)));
+    assert!(transfers.count() > 0, "some transfers went through");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_replica_blocks_its_accounts_only_for_its_lease() {
+    let redis = RedisServer::spawn();
+    let lease = ("BANK_LEASE_MS", "1500");
+    // Every update on `stuck` stops for a minute between reading and writing.
+    let mut stuck = Replica::start("stuck", &redis, &[lease, ("BANK_DELAY_MS", "60000")]);
+    let live = Replica::start("live", &redis, &[lease]);
+    let http = http();
+    let seeds = ["x", "y", "z"].map(|id| Op::Deposit(id, 100)).to_vec();
+    assert_eq!(run(&http, &[live.addr], seeds, 3).await.len(), 3);
+
+    let doomed = [Op::Deposit("x", 5), Op::Transfer("y", "z", 7)].map(|op| {
+        let (http, addr) = (http.clone(), stuck.addr);
+        tokio::spawn(async move { op.send(&http, addr).await })
+    });
+    eventually(DEADLINE, "the stuck replica to hold x, y and z", || async {
+        ["x", "y", "z"].iter().all(|id| lock_exists(&redis, id))
+    })
+    .await;
+
+    // Updates of the same accounts on the live replica: they wait for the locks.
+    let ops: Vec<Op> = (0..30)
+        .map(|i| match i % 3 {
+            0 => Op::Deposit("x", 1),
+            1 => Op::Transfer("x", "y", 2),
+            _ => Op::Transfer("z", "x", 3),
+        })
+        .collect();
+    let load = {
+        let (http, addr) = (http.clone(), live.addr);
+        tokio::spawn(async move { run(&http, &[addr], ops, 8).await })
+    };
+    stuck.kill();
+    let killed = Instant::now();
+    for request in doomed {
+        let answer = request.await.unwrap();
+        assert!(
+            answer.is_err(),
+            "no answer from a killed replica: {answer:?}"
+        );
+    }
+    let done = load.await.unwrap();
+    println!(
+        "the live replica finished {:?} after the kill",
+        killed.elapsed()
+    );
+    assert_eq!(done.len(), 30, "every update on the live replica succeeded");
+
+    let mut ledger = HashMap::new();
+    done.iter().for_each(|op| op.apply(&mut ledger));
+    for id in ["x", "y", "z"] {
+        let expected = 100 + ledger.get(id).copied().unwrap_or(0);
+        assert_eq!(balance(&http, live.addr, id).await, expected, "{id}");
+    }
+    eventually(DEADLINE, "every lock to be free", || async {
+        ["x", "y", "z"].iter().all(|id| !lock_exists(&redis, id))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_finishes_the_request_in_flight_and_releases_its_lock() {
+    let redis = RedisServer::spawn();
+    let mut replica = Replica::start("replica", &redis, &[("BANK_DELAY_MS", "500")]);
+    let http = http();
+    let request = {
+        let (http, addr) = (http.clone(), replica.addr);
+        tokio::spawn(async move { Op::Deposit("x", 5).send(&http, addr).await })
+    };
+    eventually(DEADLINE, "the deposit to hold its lock", || async {
+        lock_exists(&redis, "x")
+    })
+    .await;
+
+    let pid = replica.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let (status, body) = request.await.unwrap().unwrap();
+    assert_eq!(
+        (status, body["balance"].as_i64()),
+        (StatusCode::OK, Some(5))
+    );
+    wait_until(DEADLINE, "the replica to exit", || {
+        replica.child.try_wait().unwrap().is_some()
+    });
+    assert!(replica.child.wait().unwrap().success());
+    let stored = redis.cmd(&["HGET", "bank:account:x", "balance"]).unwrap();
+    assert_eq!(stored.as_str(), Some("5"));
+    // released at shutdown, not left to its 30 s lease
+    assert!(!lock_exists(&redis, "x"));
+}
