@@ -99,14 +99,15 @@ impl Backend {
 
     /// Starts waiting for `name`: the returned ticket wakes on its releases.
     pub(crate) fn wait_for(&self, name: &Arc<str>) -> WaitTicket<'_> {
-        let (key, slot) = match self {
+        let (key, slot, joined_subscribed) = match self {
             Self::Redis(r) => r.join(name),
-            Self::Memory(m) => (name.clone(), m.waiters.join(name, |_| {})),
+            Self::Memory(m) => (name.clone(), m.waiters.join(name, |_| {}), false),
         };
         WaitTicket {
             backend: self,
             key,
             slot,
+            joined_subscribed,
         }
     }
 
@@ -145,6 +146,11 @@ pub(crate) struct WaitTicket<'a> {
     backend: &'a Backend,
     key: Arc<str>,
     pub(crate) slot: Arc<Slot>,
+    /// It joined other local waiters of a lock whose release messages were already being
+    /// delivered. A release since this waiter's failed attempt has then woken one of
+    /// them (or left a wake-up for the next to wait), so it need not try again before
+    /// waiting: in steady contention that saves one command per acquisition.
+    pub(crate) joined_subscribed: bool,
 }
 
 impl WaitTicket<'_> {

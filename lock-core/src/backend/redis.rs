@@ -193,11 +193,16 @@ impl RedisBackend {
     /// The lock's key, `P{N}`.
     pub(crate) fn lock_key(&self, name: &str) -> String {
         let mut key = String::with_capacity(self.namespace.len() + name.len() + 2);
+        self.write_lock_key(&mut key, name);
+        key
+    }
+
+    fn write_lock_key(&self, key: &mut String, name: &str) {
+        key.clear();
         key.push_str(&self.namespace);
         key.push('{');
         key.push_str(name);
         key.push('}');
-        key
     }
 
     pub(crate) async fn try_acquire(
@@ -319,13 +324,15 @@ impl RedisBackend {
         items: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, RedisError> {
         let mut held = Vec::with_capacity(items.len());
+        let mut key = String::new();
         for chunk in items.chunks(RENEW_CHUNK) {
             let mut pipe = redis::pipe();
             for (name, token, lease) in chunk {
+                self.write_lock_key(&mut key, name);
                 pipe.cmd("EVALSHA")
                     .arg(self.scripts.extend.get_hash())
                     .arg(1)
-                    .arg(self.lock_key(name))
+                    .arg(&key)
                     .arg(*token)
                     .arg(millis(*lease));
             }
@@ -349,20 +356,22 @@ impl RedisBackend {
     }
 
     /// Registers a waiter for `name` and makes sure release messages for it are delivered.
-    pub(crate) fn join(&self, name: &str) -> (Arc<str>, Arc<Slot>) {
+    /// Also says whether it joined waiters that were already receiving them.
+    pub(crate) fn join(&self, name: &str) -> (Arc<str>, Arc<Slot>, bool) {
         let key: Arc<str> = self.lock_key(name).into();
+        let mut joined_others = false;
         let slot = match &self.hub {
             Some(hub) => {
                 hub.ensure_running();
-                self.waiters.join(&key, |edge| {
-                    if edge == Edge::Changed {
-                        hub.send(HubCmd::Subscribe(key.clone()));
-                    }
+                self.waiters.join(&key, |edge| match edge {
+                    Edge::Changed => hub.send(HubCmd::Subscribe(key.clone())),
+                    Edge::Unchanged => joined_others = true,
                 })
             }
             None => self.waiters.join(&key, |_| {}),
         };
-        (key, slot)
+        let subscribed = joined_others && slot.is_ready();
+        (key, slot, subscribed)
     }
 
     pub(crate) fn leave(&self, key: &Arc<str>, slot: &Arc<Slot>) {
