@@ -249,8 +249,10 @@ impl Locker {
                 self.inner.epoch,
             ))
         };
-        // The uncontended path: one round trip, nothing registered.
-        let holder_ttl = match backend.try_acquire(&name, &token, opts.lease).await? {
+        // The uncontended path: one round trip, nothing registered. Each attempt's Redis
+        // call is boxed: its future is large, and a task waiting between attempts should
+        // not carry room for it.
+        let holder_ttl = match Box::pin(backend.try_acquire(&name, &token, opts.lease)).await? {
             Attempt::Acquired { fence } => return Ok(granted(fence, start)),
             Attempt::Held { ttl } => ttl,
         };
@@ -259,46 +261,44 @@ impl Locker {
             return Err(timeout(&name, start, holder_ttl));
         }
         let span = tracing::debug_span!("lock.wait", key = %name, wait = ?opts.wait);
-        // Boxed: a task that never waits does not carry the waiting state inline.
-        Box::pin(
-            async {
-                let ticket = backend.wait_for(&name);
-                // Subscribed before the next attempt, so no release can slip between the
-                // attempt and the wait.
-                ticket
-                    .until_ready(deadline.saturating_duration_since(Instant::now()))
-                    .await;
-                let mut try_now = !ticket.joined_subscribed;
-                let mut holder_ttl = holder_ttl;
-                let mut failed = 0u32;
-                loop {
-                    let woken = ticket.slot.wake().notified();
-                    tokio::pin!(woken);
-                    woken.as_mut().enable();
-                    if try_now {
-                        let sent_at = Instant::now();
-                        match backend.try_acquire(&name, &token, opts.lease).await? {
-                            Attempt::Acquired { fence } => return Ok(granted(fence, sent_at)),
-                            Attempt::Held { ttl } => holder_ttl = ttl,
-                        }
-                        failed += 1;
+        async {
+            let ticket = backend.wait_for(&name);
+            // Subscribed before the next attempt, so no release can slip between the
+            // attempt and the wait.
+            ticket
+                .until_ready(deadline.saturating_duration_since(Instant::now()))
+                .await;
+            let mut try_now = !ticket.joined_subscribed;
+            let mut holder_ttl = holder_ttl;
+            let mut failed = 0u32;
+            loop {
+                let woken = ticket.slot.wake().notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                if try_now {
+                    let sent_at = Instant::now();
+                    let attempt = Box::pin(backend.try_acquire(&name, &token, opts.lease));
+                    match attempt.await? {
+                        Attempt::Acquired { fence } => return Ok(granted(fence, sent_at)),
+                        Attempt::Held { ttl } => holder_ttl = ttl,
                     }
-                    try_now = true;
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(timeout(&name, start, holder_ttl));
-                    }
-                    let nap = backend
-                        .poll_interval(holder_ttl, &ticket, failed)
-                        .min(deadline - now);
-                    tokio::select! {
-                        () = woken => tracing::trace!("woken by a release"),
-                        () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
-                    }
+                    failed += 1;
+                }
+                try_now = true;
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(timeout(&name, start, holder_ttl));
+                }
+                let nap = backend
+                    .poll_interval(holder_ttl, &ticket, failed)
+                    .min(deadline - now);
+                tokio::select! {
+                    () = woken => tracing::trace!("woken by a release"),
+                    () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
                 }
             }
-            .instrument(span),
-        )
+        }
+        .instrument(span)
         .await
     }
 }
