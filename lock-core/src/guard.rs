@@ -81,6 +81,14 @@ impl Lease {
         self.epoch + Duration::from_nanos(self.expires_at.load(Ordering::Acquire))
     }
 
+    /// `at`, moved back to a multiple of `grid` since the Locker's epoch.
+    pub(crate) fn snap_down(&self, at: Instant, grid: Duration) -> Instant {
+        let since = at.saturating_duration_since(self.epoch);
+        let grid_ns = grid.as_nanos().max(1);
+        let snapped = since.as_nanos() - since.as_nanos() % grid_ns;
+        self.epoch + Duration::from_nanos(u64::try_from(snapped).unwrap_or(u64::MAX))
+    }
+
     /// Records a successful renewal sent at `sent_at`. Never moves the deadline back.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
         let deadline = (sent_at + lease).saturating_duration_since(self.epoch);

@@ -51,14 +51,19 @@ impl Watchdog {
     }
 }
 
-/// When a lease next needs attention.
+/// When a lease next needs attention: its renewal a third of a lease from now, snapped
+/// down to a grid (a tenth of that period, at most 50 ms) so that leases due at about the
+/// same moment are renewed by one wake-up and one pipeline; or, with the watchdog off (or
+/// when it comes first), its exact deadline.
 fn next_check(lease: &Lease, now: Instant) -> Instant {
+    const MAX_GRID: Duration = Duration::from_millis(50);
     let deadline = lease.expires_at();
-    if lease.watchdog {
-        (now + lease.lease() / 3).min(deadline)
-    } else {
-        deadline
+    if !lease.watchdog {
+        return deadline;
     }
+    let period = lease.lease() / 3;
+    let renew_at = lease.snap_down(now + period, (period / 10).min(MAX_GRID));
+    renew_at.max(now).min(deadline)
 }
 
 async fn run(
