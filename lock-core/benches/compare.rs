@@ -584,9 +584,18 @@ async fn parallel(sys: &Sys, run: Duration, prefix: &str) -> Sample {
             })
         })
         .collect();
+    gather(started, tasks, "parallel task").await
+}
+
+/// Joins tasks that each return their latencies: one sample, timed from `started`.
+async fn gather(
+    started: Instant,
+    tasks: Vec<tokio::task::JoinHandle<Vec<f64>>>,
+    what: &str,
+) -> Sample {
     let mut sample = Sample::default();
     for task in tasks {
-        sample.lat.extend(task.await.expect("parallel task"));
+        sample.lat.extend(task.await.expect(what));
     }
     sample.elapsed = started.elapsed();
     sample.ops = sample.lat.len();
@@ -853,12 +862,7 @@ async fn http_load(
             })
         })
         .collect();
-    let mut sample = Sample::default();
-    for task in tasks {
-        sample.lat.extend(task.await.expect("HTTP client task"));
-    }
-    sample.elapsed = started.elapsed();
-    sample.ops = sample.lat.len();
+    let sample = gather(started, tasks, "HTTP client task").await;
     server.abort();
     sample
 }

@@ -81,8 +81,7 @@ async fn deposit(
     lock: Option<Extension<HeldLock>>,
     body: Result<Json<AmountBody>, JsonRejection>,
 ) -> Result<Json<Balance>, ApiError> {
-    let id = AccountId::parse(&id?.0)?;
-    let amount = Amount::parse(body?.amount)?;
+    let (id, amount) = account_change(id, body)?;
     let balance = bank.deposit(&id, amount, fence(lock)).await?;
     Ok(Json(Balance { id, balance }))
 }
@@ -93,10 +92,19 @@ async fn withdraw(
     lock: Option<Extension<HeldLock>>,
     body: Result<Json<AmountBody>, JsonRejection>,
 ) -> Result<Json<Balance>, ApiError> {
-    let id = AccountId::parse(&id?.0)?;
-    let amount = Amount::parse(body?.amount)?;
+    let (id, amount) = account_change(id, body)?;
     let balance = bank.withdraw(&id, amount, fence(lock)).await?;
     Ok(Json(Balance { id, balance }))
+}
+
+/// The account and amount of a deposit or withdrawal, checked.
+fn account_change(
+    id: IdParam,
+    body: Result<Json<AmountBody>, JsonRejection>,
+) -> Result<(AccountId, Amount), ApiError> {
+    let id = AccountId::parse(&id?.0)?;
+    let amount = Amount::parse(body?.amount)?;
+    Ok((id, amount))
 }
 
 async fn transfer(

@@ -141,13 +141,12 @@ impl Bank {
         amount: Amount,
         fence: u64,
     ) -> Result<i64, BankError> {
-        let balance = self.store.balance(&id.0).await?;
-        tokio::time::sleep(self.delay).await;
-        let balance = balance
-            .checked_add(amount.0)
-            .ok_or_else(|| BankError::Overflow { id: id.clone() })?;
-        self.write(&[(id, balance, fence)]).await?;
-        Ok(balance)
+        self.update(id, fence, |balance| {
+            balance
+                .checked_add(amount.0)
+                .ok_or_else(|| BankError::Overflow { id: id.clone() })
+        })
+        .await
     }
 
     /// Takes `amount` from the account, if it holds that much; locked as [`deposit`].
@@ -159,9 +158,21 @@ impl Bank {
         amount: Amount,
         fence: u64,
     ) -> Result<i64, BankError> {
+        self.update(id, fence, |balance| take(id, balance, amount))
+            .await
+    }
+
+    /// The deliberately non-atomic read-modify-write the locks protect: read the balance,
+    /// wait a moment, write back what `change` made of it, with the writer's token.
+    async fn update(
+        &self,
+        id: &AccountId,
+        fence: u64,
+        change: impl FnOnce(i64) -> Result<i64, BankError>,
+    ) -> Result<i64, BankError> {
         let balance = self.store.balance(&id.0).await?;
         tokio::time::sleep(self.delay).await;
-        let balance = take(id, balance, amount)?;
+        let balance = change(balance)?;
         self.write(&[(id, balance, fence)]).await?;
         Ok(balance)
     }
