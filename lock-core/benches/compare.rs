@@ -1458,7 +1458,7 @@ impl Report {
                 TOP + ph + 18.0
             );
         }
-        for q in [0.0, 0.25, 0.5, 0.75, 0.99, 1.0] {
+        for q in [0.0, 0.25, 0.5, 0.75, 1.0] {
             let gy = y(q);
             let _ = writeln!(
                 s,
