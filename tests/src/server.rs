@@ -246,6 +246,25 @@ impl RedisServer {
         request(self.port, args, timeout)
     }
 
+    /// How many times the server has run `command` (lowercase, e.g. `"evalsha"`) since it
+    /// started or `CONFIG RESETSTAT`, from `INFO commandstats`; 0 if never.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info = self
+            .cmd(&["INFO", "commandstats"])
+            .expect("INFO commandstats");
+        let text = String::from_utf8_lossy(info.as_bytes().unwrap_or_default()).into_owned();
+        let prefix = format!("cmdstat_{command}:calls=");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The server log so far (every run of it, for a restarted server).
     ///
     /// It also holds what the process wrote to stdout and stderr, e.g. a config error.

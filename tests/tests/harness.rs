@@ -354,3 +354,14 @@ fn cluster_node_restart_rejoins() {
     assert_eq!(cluster.node_for_key("k"), owner, "the node keeps its slots");
     assert!(cluster.nodes()[owner].cmd(&["GET", "k"]).unwrap().is_nil());
 }
+
+#[test]
+fn calls_counts_the_commands_a_server_ran() {
+    let server = RedisServer::spawn();
+    assert_eq!(server.calls("echo"), 0);
+    for _ in 0..3 {
+        server.cmd(&["ECHO", "x"]).unwrap();
+    }
+    assert_eq!(server.calls("echo"), 3);
+    assert_eq!(server.calls("no-such-command"), 0);
+}

@@ -31,12 +31,7 @@ fn exists(server: &RedisServer, name: &str) -> bool {
 
 /// How many EVALSHA calls (acquire, release, extend) the server has run.
 fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).unwrap();
-    let text = String::from_utf8_lossy(info.as_bytes().unwrap()).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    server.calls("evalsha")
 }
 
 fn subscribers(server: &RedisServer, name: &str) -> i64 {
