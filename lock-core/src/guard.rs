@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::options::Resolved;
 use crate::reentrancy::{Context, HoldEnd};
 use crate::{LockError, Locker};
 
@@ -25,6 +26,8 @@ pub(crate) struct Lease {
     pub(crate) fence: u64,
     pub(crate) context: Context,
     pub(crate) watchdog: bool,
+    /// Taken in line: its release hands it to the next in line.
+    pub(crate) fair: bool,
     /// Guards alive for this lease; changed under the reentrancy registry's lock.
     pub(crate) holds: std::sync::atomic::AtomicUsize,
     lease_ms: AtomicU64,
@@ -38,15 +41,17 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
+    /// A lease taken with `opts`, running for `left` from `started` (no later than the
+    /// lock was actually taken, so that the local deadline errs early).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: Arc<str>,
         token: String,
         fence: u64,
         context: Context,
-        lease: Duration,
-        watchdog: bool,
-        sent_at: Instant,
+        opts: &Resolved,
+        started: Instant,
+        left: Duration,
         epoch: Instant,
     ) -> Self {
         let this = Self {
@@ -54,7 +59,8 @@ impl Lease {
             token,
             fence,
             context,
-            watchdog,
+            watchdog: opts.watchdog,
+            fair: opts.fair,
             holds: 1.into(),
             lease_ms: AtomicU64::new(0),
             expires_at: AtomicU64::new(0),
@@ -63,8 +69,8 @@ impl Lease {
             renewing: AtomicBool::new(false),
             changed: Notify::new(),
         };
-        this.set_lease(lease);
-        this.renewed(sent_at, lease);
+        this.set_lease(opts.lease);
+        this.renewed(started, left);
         this
     }
 
@@ -277,7 +283,7 @@ impl LockGuard {
         let released = self
             .locker
             .backend()
-            .release(&self.lease.name, &self.lease.token)
+            .release(&self.lease.name, &self.lease.token, self.lease.fair)
             .await?;
         if released {
             tracing::debug!(key = %self.lease.name, fence = self.lease.fence, "lock released");
@@ -313,8 +319,10 @@ impl Drop for LockGuard {
         }
         self.stop_renewal();
         tracing::debug!(key = %self.lease.name, fence = self.lease.fence, "lock guard dropped: releasing");
-        self.locker
-            .backend()
-            .release_detached(&self.lease.name, &self.lease.token);
+        self.locker.backend().release_detached(
+            &self.lease.name,
+            &self.lease.token,
+            self.lease.fair,
+        );
     }
 }

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisConfig, redact};
-use crate::backend::{Attempt, Backend};
+use crate::backend::{Attempt, Backend, Mode, PLACE_IN_LINE};
 use crate::guard::{Lease, LockGuard};
 use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE, Resolved};
 use crate::reentrancy::{Context, HoldEnd, Holds};
@@ -236,33 +236,53 @@ impl Locker {
         let backend = &self.inner.backend;
         let token = uuid::Uuid::new_v4().to_string();
         let start = Instant::now();
-        let granted = |fence: u64, sent_at: Instant| {
+        let deadline = start + opts.wait;
+        // A fair waiter keeps its place in line while it waits, never past its deadline.
+        let mode = |now: Instant| {
+            if opts.fair {
+                Mode::Fair {
+                    place: deadline.saturating_duration_since(now).min(PLACE_IN_LINE),
+                }
+            } else {
+                Mode::Plain
+            }
+        };
+        let granted = |fence: u64, started: Instant, left: Option<Duration>| {
             tracing::debug!(key = %name, fence, "lock acquired");
             Arc::new(Lease::new(
                 name.clone(),
                 token.clone(),
                 fence,
                 context,
-                opts.lease,
-                opts.watchdog,
-                sent_at,
+                &opts,
+                started,
+                left.unwrap_or(opts.lease),
                 self.inner.epoch,
             ))
         };
         // The uncontended path: one round trip, nothing registered. Each attempt's Redis
         // call is boxed: its future is large, and a task waiting between attempts should
         // not carry room for it.
-        let holder_ttl = match Box::pin(backend.try_acquire(&name, &token, opts.lease)).await? {
-            Attempt::Acquired { fence } => return Ok(granted(fence, start)),
-            Attempt::Held { ttl } => ttl,
+        let first = Box::pin(backend.try_acquire(&name, &token, opts.lease, mode(start)));
+        let (holder_ttl, clock_us) = match first.await? {
+            Attempt::Acquired { fence, left } => return Ok(granted(fence, start, left)),
+            Attempt::Held { ttl, clock_us } => (ttl, clock_us),
         };
-        let deadline = start + opts.wait;
         if opts.wait.is_zero() {
             return Err(timeout(&name, start, holder_ttl));
         }
+        // A fair waiter is in line from here on; if it ends up without the lock (it
+        // timed out, failed, or was dropped) it leaves the line, and passes the lock on
+        // should it have been handed over meanwhile.
+        let mut in_line = InLine {
+            backend,
+            name: &name,
+            token: &token,
+            armed: opts.fair,
+        };
         let span = tracing::debug_span!("lock.wait", key = %name, wait = ?opts.wait);
-        async {
-            let ticket = backend.wait_for(&name);
+        let acquired = async {
+            let ticket = backend.wait_for(&name, opts.fair.then_some(token.as_str()));
             // Subscribed before the next attempt, so no release can slip between the
             // attempt and the wait.
             ticket
@@ -270,17 +290,36 @@ impl Locker {
                 .await;
             let mut try_now = !ticket.joined_subscribed;
             let mut holder_ttl = holder_ttl;
+            // When the latest attempt was sent, and the backend's clock it read: a
+            // hand-over is reckoned against it.
+            let mut clock = clock_us.map(|us| (start, us));
             let mut failed = 0u32;
             loop {
                 let woken = ticket.slot.wake().notified();
                 tokio::pin!(woken);
                 woken.as_mut().enable();
+                if let (Some(grant), Some((sent_at, clock_us))) = (ticket.take_grant(), clock) {
+                    // Handed over at `at_us` on the backend's clock: that long after the
+                    // latest attempt was sent, at the earliest. A hand-over older than
+                    // that attempt is stale (the attempt would have found the lock ours):
+                    // its lease already ran out.
+                    if let Some(after) = grant.at_us.checked_sub(clock_us) {
+                        let started = sent_at + Duration::from_micros(after);
+                        return Ok(granted(grant.fence, started, None));
+                    }
+                }
                 if try_now {
                     let sent_at = Instant::now();
-                    let attempt = Box::pin(backend.try_acquire(&name, &token, opts.lease));
+                    let attempt =
+                        Box::pin(backend.try_acquire(&name, &token, opts.lease, mode(sent_at)));
                     match attempt.await? {
-                        Attempt::Acquired { fence } => return Ok(granted(fence, sent_at)),
-                        Attempt::Held { ttl } => holder_ttl = ttl,
+                        Attempt::Acquired { fence, left } => {
+                            return Ok(granted(fence, sent_at, left));
+                        }
+                        Attempt::Held { ttl, clock_us } => {
+                            holder_ttl = ttl;
+                            clock = clock_us.map(|us| (sent_at, us));
+                        }
                     }
                     failed += 1;
                 }
@@ -294,12 +333,31 @@ impl Locker {
                     .min(deadline - now);
                 tokio::select! {
                     () = woken => tracing::trace!("woken by a release"),
+                    () = ticket.handed_over() => tracing::trace!("handed over"),
                     () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
                 }
             }
         }
         .instrument(span)
-        .await
+        .await;
+        in_line.armed = acquired.is_err();
+        acquired
+    }
+}
+
+/// A fair waiter's place in line, left on drop unless disarmed.
+struct InLine<'a> {
+    backend: &'a Backend,
+    name: &'a str,
+    token: &'a str,
+    armed: bool,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.backend.leave_detached(self.name, self.token);
+        }
     }
 }
 

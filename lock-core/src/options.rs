@@ -29,6 +29,7 @@ pub struct LockOptions {
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) watchdog: bool,
+    pub(crate) fair: bool,
 }
 
 impl Default for LockOptions {
@@ -44,6 +45,7 @@ impl LockOptions {
             wait: None,
             lease: None,
             watchdog: true,
+            fair: false,
         }
     }
 
@@ -66,6 +68,33 @@ impl LockOptions {
         self
     }
 
+    /// Wait in line (default: off). A fair lock goes to its waiters in the order they
+    /// asked, across every process, and a release hands it straight to the next in line
+    /// (no race, and one message wakes one waiter). Without it, whoever asks first after
+    /// a release wins.
+    ///
+    /// Fair and plain acquisitions of one name exclude each other, but a plain one does
+    /// not queue: it takes the lock whenever it finds it free. A waiter's place in line
+    /// (on Redis) lasts 5 s and is renewed while it waits, so a waiter that dies is
+    /// skipped after at most that; were the lock handed to it first, it stays held until
+    /// its lease runs out, as with any holder that dies.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{LockOptions, Locker};
+    ///
+    /// let locker = Locker::in_memory();
+    /// let guard = locker.lock_with("report:daily", LockOptions::new().fair(true)).await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
     pub(crate) fn resolve(self, defaults: &Defaults) -> Result<Resolved, LockError> {
         let lease = self.lease.unwrap_or(defaults.lease);
         if lease < MIN_LEASE {
@@ -77,6 +106,7 @@ impl LockOptions {
             wait: self.wait.unwrap_or(defaults.wait),
             lease,
             watchdog: self.watchdog,
+            fair: self.fair,
         })
     }
 }
@@ -94,6 +124,7 @@ pub(crate) struct Resolved {
     pub(crate) wait: Duration,
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
+    pub(crate) fair: bool,
 }
 
 #[cfg(test)]

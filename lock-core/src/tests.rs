@@ -1,4 +1,4 @@
-//! Semantics of the exclusive lock on the in-memory backend, on paused tokio time so
+//! Semantics of the exclusive and fair locks on the in-memory backend, on paused tokio time so
 //! leases, renewals and waits are exact and instant. The same behaviours are checked
 //! against a real redis-server in the `lock-tests` package.
 
@@ -14,10 +14,25 @@ use crate::{LockOptions, Locker};
 const SEC: Duration = Duration::from_secs(1);
 
 fn evict(locker: &Locker, key: &str) {
+    memory(locker).evict(key);
+}
+
+fn memory(locker: &Locker) -> &crate::backend::memory::MemoryBackend {
     match locker.backend() {
-        Backend::Memory(m) => m.evict(key),
+        Backend::Memory(m) => m,
         Backend::Redis(_) => unreachable!("in-memory tests only"),
     }
+}
+
+/// Lets spawned tasks run until `n` fair waiters are in `key`'s line.
+async fn until_in_line(locker: &Locker, key: &str, n: usize) {
+    for _ in 0..1000 {
+        if memory(locker).line_len(key) == n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{n} waiters never got in line");
 }
 
 #[tokio::test(start_paused = true)]
@@ -415,4 +430,137 @@ async fn released_leases_do_not_pile_up_in_the_watchdog() {
         first_lease.upgrade().is_none(),
         "the watchdog still holds a lease released 5000 acquisitions ago"
     );
+}
+
+fn fair() -> LockOptions {
+    LockOptions::new().fair(true).wait(60 * SEC)
+}
+
+/// One fair attempt, without queueing: whether it got the lock (dropped at once).
+async fn try_fair(locker: &Locker, key: &str) -> bool {
+    match locker.lock_with(key, fair().wait(Duration::ZERO)).await {
+        Ok(_) => true,
+        Err(e) if e.is_timeout() => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_waiters_are_served_in_the_order_they_asked() {
+    let locker = Locker::in_memory();
+    let holder = locker.lock_with("k", fair()).await.unwrap();
+    let first_token = holder.fencing_token();
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (waiter, served) = (locker.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let locker = waiter;
+            let guard = locker.lock_with("k", fair()).await.unwrap();
+            served
+                .lock()
+                .unwrap()
+                .push((i, Instant::now(), guard.fencing_token()));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await.unwrap();
+            // Asking again at once does not jump the line: the lock went to the next.
+            assert!(
+                i == 7 || !try_fair(&locker, "k").await,
+                "waiter {i} barged back in"
+            );
+        }));
+        until_in_line(&locker, "k", i + 1).await;
+    }
+    tokio::time::sleep(SEC).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let served = served.lock().unwrap();
+    let order: Vec<_> = served.iter().map(|(i, _, _)| *i).collect();
+    assert_eq!(order, (0..8).collect::<Vec<_>>());
+    // Each was handed the lock the moment the one before released it.
+    let (_, first_at, _) = served[0];
+    assert_eq!(first_at, released_at);
+    for pair in served.windows(2) {
+        assert_eq!(pair[1].1 - pair[0].1, Duration::from_millis(5));
+        assert!(pair[1].2 > pair[0].2, "fencing tokens must increase");
+    }
+    assert!(served[0].2 > first_token);
+    assert_eq!(memory(&locker).line_len("k"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_waiters_that_give_up_leave_the_line() {
+    let locker = Locker::in_memory();
+    let holder = locker.lock_with("k", fair()).await.unwrap();
+    let ask = |wait: Duration| {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock_with("k", fair().wait(wait)).await.map(drop) })
+    };
+    let times_out = ask(SEC);
+    until_in_line(&locker, "k", 1).await;
+    let dropped = ask(60 * SEC);
+    until_in_line(&locker, "k", 2).await;
+    let last = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let _guard = locker.lock_with("k", fair()).await.unwrap();
+            Instant::now()
+        })
+    };
+    until_in_line(&locker, "k", 3).await;
+
+    let err = times_out.await.unwrap().unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    assert_eq!(
+        memory(&locker).line_len("k"),
+        1,
+        "only the last one still waits"
+    );
+
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    assert_eq!(last.await.unwrap(), released_at);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_and_plain_holds_of_one_name_exclude_each_other() {
+    let locker = Locker::in_memory();
+    let plain = locker.lock("k").await.unwrap();
+    let fair_waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            assert!(!try_fair(&locker, "k").await);
+            let guard = locker.lock_with("k", fair()).await.unwrap();
+            let plain_meanwhile = tokio::spawn({
+                let locker = locker.clone();
+                async move { locker.try_lock("k").await.unwrap().is_some() }
+            });
+            assert!(
+                !plain_meanwhile.await.unwrap(),
+                "a plain lock got a held fair lock"
+            );
+            guard.release().await.unwrap();
+        })
+    };
+    until_in_line(&locker, "k", 1).await;
+    // A plain release frees the lock and wakes a waiter: the fair one takes it.
+    plain.release().await.unwrap();
+    fair_waiter.await.unwrap();
+    assert!(locker.try_lock("k").await.unwrap().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_lock_reenters_like_a_plain_one() {
+    let locker = Locker::in_memory();
+    let outer = locker.lock_with("k", fair()).await.unwrap();
+    let inner = locker.lock_with("k", fair()).await.unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    inner.release().await.unwrap();
+    assert!(outer.is_held().await.unwrap());
+    outer.release().await.unwrap();
 }

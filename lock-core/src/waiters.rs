@@ -3,9 +3,10 @@
 //! A waiter joins before its next attempt, so a release that lands between a failed
 //! attempt and the wait still wakes it. Each release wakes one waiter (the one waiting
 //! longest); a woken waiter that loses the race to another contender simply waits again,
-//! so there is no thundering herd.
+//! so there is no thundering herd. A fair lock handed over to a waiter by name wakes
+//! that waiter alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -21,7 +22,53 @@ pub(crate) struct Slot {
     ready_changed: Notify,
     /// Local waiters, guarded by the registry's mutex.
     count: std::sync::atomic::AtomicUsize,
+    /// Fair locks handed over to waiters by name.
+    grants: Mutex<Grants>,
 }
+
+/// A fair lock handed over to a waiter: its fencing token, and the backend's clock (in
+/// microseconds) at the hand-over, from which the waiter reckons when its lease started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) fence: u64,
+    pub(crate) at_us: u64,
+}
+
+/// Where a fair waiter receives its hand-over.
+#[derive(Debug, Default)]
+pub(crate) struct GrantCell {
+    grant: Mutex<Option<Grant>>,
+    notify: Notify,
+}
+
+impl GrantCell {
+    /// The hand-over, once it came.
+    pub(crate) fn take(&self) -> Option<Grant> {
+        self.grant.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Notified when the hand-over comes.
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    fn put(&self, grant: Grant) {
+        *self.grant.lock().unwrap_or_else(|e| e.into_inner()) = Some(grant);
+        self.notify.notify_one();
+    }
+}
+
+/// Hand-overs of one lock: to the local fair waiters, and the latest few that found no
+/// local waiter by that name (yet: its message can overtake the reply to the attempt that
+/// put it in line; or never: it went to another process).
+#[derive(Debug, Default)]
+struct Grants {
+    waiting: HashMap<Box<str>, Arc<GrantCell>>,
+    unclaimed: VecDeque<(Box<str>, Grant)>,
+}
+
+/// How many unclaimed hand-overs a lock keeps.
+const UNCLAIMED: usize = 16;
 
 impl Slot {
     pub(crate) fn wake(&self) -> &Notify {
@@ -35,6 +82,41 @@ impl Slot {
     pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
         self.ready_changed.notify_waiters();
+    }
+
+    fn grants(&self) -> MutexGuard<'_, Grants> {
+        self.grants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the fair waiter `token` for its hand-over (which may already be here).
+    pub(crate) fn expect_grant(&self, token: &str) -> Arc<GrantCell> {
+        let mut grants = self.grants();
+        let cell = Arc::new(GrantCell::default());
+        if let Some(i) = grants.unclaimed.iter().position(|(t, _)| &**t == token)
+            && let Some((_, grant)) = grants.unclaimed.remove(i)
+        {
+            cell.put(grant);
+        }
+        grants.waiting.insert(token.into(), cell.clone());
+        cell
+    }
+
+    /// Unregisters the fair waiter `token`.
+    pub(crate) fn forget_grant(&self, token: &str) {
+        self.grants().waiting.remove(token);
+    }
+
+    fn deliver(&self, token: &str, grant: Grant) {
+        let mut grants = self.grants();
+        match grants.waiting.get(token) {
+            Some(cell) => cell.put(grant),
+            None => {
+                if grants.unclaimed.len() == UNCLAIMED {
+                    grants.unclaimed.pop_front();
+                }
+                grants.unclaimed.push_back((token.into(), grant));
+            }
+        }
     }
 
     /// Waits until release messages are delivered for this lock.
@@ -107,6 +189,13 @@ impl Waiters {
         }
     }
 
+    /// Hands `key` over to its local fair waiter `token`, waking that waiter alone.
+    pub(crate) fn deliver(&self, key: &str, token: &str, grant: Grant) {
+        if let Some(slot) = self.slots().get(key) {
+            slot.deliver(token, grant);
+        }
+    }
+
     /// Wakes every waiter of every lock, and marks them not ready: release messages
     /// may have been missed (the pub/sub connection dropped).
     pub(crate) fn wake_all_unready(&self) {
@@ -153,6 +242,30 @@ mod tests {
             ]
         );
         assert!(waiters.keys().is_empty());
+    }
+
+    #[test]
+    fn a_hand_over_reaches_its_waiter_even_before_it_registers() {
+        let waiters = Waiters::default();
+        let key: Arc<str> = "k".into();
+        let slot = waiters.join(&key, |_| {});
+        let grant = |fence| Grant { fence, at_us: 7 };
+        let a = slot.expect_grant("a");
+        waiters.deliver("k", "a", grant(1));
+        assert_eq!(a.take(), Some(grant(1)));
+        assert_eq!(a.take(), None);
+        // Delivered before "b" registered: kept for it, among the latest few.
+        waiters.deliver("k", "b", grant(2));
+        for fence in 3..3 + UNCLAIMED as u64 - 1 {
+            waiters.deliver("k", "elsewhere", grant(fence));
+        }
+        assert_eq!(slot.expect_grant("b").take(), Some(grant(2)));
+        // Older than the latest few: gone.
+        waiters.deliver("k", "c", grant(100));
+        for fence in 0..UNCLAIMED as u64 {
+            waiters.deliver("k", "elsewhere", grant(fence));
+        }
+        assert_eq!(slot.expect_grant("c").take(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,18 +5,45 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::waiters::Slot;
+use crate::waiters::{Grant, GrantCell, Slot};
 
 pub(crate) mod memory;
 pub(crate) mod redis;
 
+/// How long a fair waiter's place in line lasts unless it asks again (it does, at least
+/// every safety poll), so that a waiter that died is skipped after at most this.
+pub(crate) const PLACE_IN_LINE: Duration = Duration::from_secs(5);
+
+/// How an attempt asks for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Whoever asks first once the lock is free gets it.
+    Plain,
+    /// In line, first come first served; the caller keeps its place for `place` (zero:
+    /// one attempt, without queueing).
+    Fair { place: Duration },
+}
+
+impl Mode {
+    pub(crate) fn is_fair(self) -> bool {
+        matches!(self, Self::Fair { .. })
+    }
+}
+
 /// The outcome of one acquisition attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Taken, with this fencing token.
-    Acquired { fence: u64 },
-    /// Held by someone else, whose lease runs this much longer (when known).
-    Held { ttl: Option<Duration> },
+    /// Taken, with this fencing token. `left` is set when the lock had been handed over
+    /// to the caller earlier: the lease it still has; otherwise a whole lease runs from
+    /// when the attempt was sent.
+    Acquired { fence: u64, left: Option<Duration> },
+    /// Held by someone else, whose lease runs this much longer (when known). A fair
+    /// attempt also reads the backend's clock, in microseconds, against which a later
+    /// hand-over is reckoned.
+    Held {
+        ttl: Option<Duration>,
+        clock_us: Option<u64>,
+    },
 }
 
 #[derive(Debug)]
@@ -31,27 +58,45 @@ impl Backend {
         name: &Arc<str>,
         token: &str,
         lease: Duration,
+        mode: Mode,
     ) -> Result<Attempt, LockError> {
         match self {
-            Self::Redis(r) => r.try_acquire(name, token, lease).await,
-            Self::Memory(m) => Ok(m.try_acquire(name, token, lease)),
+            Self::Redis(r) => r.try_acquire(name, token, lease, mode).await,
+            Self::Memory(m) => Ok(m.try_acquire(name, token, lease, mode)),
         }
     }
 
-    /// Releases if `token` owns `name`; `Ok(false)` when it did not.
-    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<bool, LockError> {
+    /// Releases if `token` owns `name` (a fair lock goes to the next in line); `Ok(false)`
+    /// when it did not.
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        token: &str,
+        fair: bool,
+    ) -> Result<bool, LockError> {
         match self {
-            Self::Redis(r) => r.release(name, token).await,
-            Self::Memory(m) => Ok(m.release(name, token)),
+            Self::Redis(r) => r.release(name, token, fair).await,
+            Self::Memory(m) => Ok(m.release(name, token, fair)),
         }
     }
 
     /// Releases without waiting for the outcome (a guard was dropped).
-    pub(crate) fn release_detached(&self, name: &str, token: &str) {
+    pub(crate) fn release_detached(&self, name: &str, token: &str, fair: bool) {
         match self {
-            Self::Redis(r) => r.release_detached(name, token),
+            Self::Redis(r) => r.release_detached(name, token, fair),
             Self::Memory(m) => {
-                m.release(name, token);
+                m.release(name, token, fair);
+            }
+        }
+    }
+
+    /// Takes `token` out of `name`'s line, in the background, and passes the lock on if
+    /// it had been handed over to it meanwhile (a fair waiter gave up).
+    pub(crate) fn leave_detached(&self, name: &str, token: &str) {
+        match self {
+            Self::Redis(r) => r.leave_detached(name, token),
+            Self::Memory(m) => {
+                m.leave(name, token);
             }
         }
     }
@@ -97,16 +142,19 @@ impl Backend {
         }
     }
 
-    /// Starts waiting for `name`: the returned ticket wakes on its releases.
-    pub(crate) fn wait_for(&self, name: &Arc<str>) -> WaitTicket<'_> {
+    /// Starts waiting for `name`: the returned ticket wakes on its releases and, for a
+    /// fair waiter (`fair_token`), when the lock is handed over to it.
+    pub(crate) fn wait_for(&self, name: &Arc<str>, fair_token: Option<&str>) -> WaitTicket<'_> {
         let (key, slot, joined_subscribed) = match self {
             Self::Redis(r) => r.join(name),
             Self::Memory(m) => (name.clone(), m.waiters.join(name, |_| {}), false),
         };
+        let grant = fair_token.map(|token| (token.into(), slot.expect_grant(token)));
         WaitTicket {
             backend: self,
             key,
             slot,
+            grant,
             joined_subscribed,
         }
     }
@@ -146,6 +194,8 @@ pub(crate) struct WaitTicket<'a> {
     backend: &'a Backend,
     key: Arc<str>,
     pub(crate) slot: Arc<Slot>,
+    /// A fair waiter's token, and where its hand-over arrives.
+    grant: Option<(Box<str>, Arc<GrantCell>)>,
     /// It joined other local waiters of a lock whose release messages were already being
     /// delivered. A release since this waiter's failed attempt has then woken one of
     /// them (or left a wake-up for the next to wait), so it need not try again before
@@ -154,6 +204,20 @@ pub(crate) struct WaitTicket<'a> {
 }
 
 impl WaitTicket<'_> {
+    /// The hand-over to this fair waiter, if it came.
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.grant.as_ref().and_then(|(_, cell)| cell.take())
+    }
+
+    /// Resolves when the lock may have been handed over to this waiter (never, for a
+    /// plain waiter). A hand-over that came first leaves a permit, so none is missed.
+    pub(crate) async fn handed_over(&self) {
+        match &self.grant {
+            Some((_, cell)) => cell.notify().notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Waits until release messages are delivered, for at most `limit`.
     pub(crate) async fn until_ready(&self, limit: Duration) {
         match self.backend {
@@ -168,6 +232,9 @@ impl WaitTicket<'_> {
 
 impl Drop for WaitTicket<'_> {
     fn drop(&mut self) {
+        if let Some((token, _)) = &self.grant {
+            self.slot.forget_grant(token);
+        }
         match self.backend {
             Backend::Redis(r) => r.leave(&self.key, &self.slot),
             Backend::Memory(m) => m.waiters.leave(&self.key, &self.slot, |_| {}),

@@ -17,11 +17,18 @@ use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use redis::{RedisError, Script};
 use tokio::sync::{Notify, mpsc};
 
-use super::Attempt;
+use super::{Attempt, Mode, PLACE_IN_LINE};
 use crate::LockError;
-use crate::waiters::{Edge, Slot, Waiters};
+use crate::waiters::{Edge, Grant, Slot, Waiters};
 
-const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+const ACQUIRE: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/acquire.lua")
+);
+const FAIR: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/fair.lua")
+);
 const RELEASE: &str = include_str!("../scripts/release.lua");
 const EXTEND: &str = include_str!("../scripts/extend.lua");
 
@@ -29,6 +36,10 @@ const EXTEND: &str = include_str!("../scripts/extend.lua");
 const FENCE_SUFFIX: &str = ":fence";
 /// Suffix of a lock's release channel.
 const CHANNEL_SUFFIX: &str = ":released";
+/// Suffix of a fair lock's line of waiting tokens.
+const LINE_SUFFIX: &str = ":queue";
+/// Suffix of a fair lock's places in line (when each runs out, and its lease).
+const PLACES_SUFFIX: &str = ":waiters";
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
 
@@ -37,6 +48,46 @@ struct Scripts {
     acquire: Script,
     release: Script,
     extend: Script,
+    fair: Script,
+}
+
+impl Scripts {
+    /// The fair script's `op` on lock `key`, with the arguments of its header.
+    fn fair(
+        &self,
+        key: &str,
+        op: &str,
+        token: &str,
+        lease_ms: u64,
+        fence_ttl_ms: u64,
+        place: Duration,
+    ) -> redis::ScriptInvocation<'_> {
+        let mut call = self.fair.prepare_invoke();
+        call.key(key)
+            .key(format!("{key}{FENCE_SUFFIX}"))
+            .key(format!("{key}{LINE_SUFFIX}"))
+            .key(format!("{key}{PLACES_SUFFIX}"))
+            .key(format!("{key}{CHANNEL_SUFFIX}"))
+            .arg(op)
+            .arg(token)
+            .arg(lease_ms)
+            .arg(fence_ttl_ms)
+            // zero means "do not queue": not rounded up as leases are
+            .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
+            .arg(millis(PLACE_IN_LINE * 2));
+        call
+    }
+}
+
+/// How a lock is given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GiveBack {
+    /// The plain release: compare-and-delete, and wake a waiter.
+    Release,
+    /// The fair release: to the first in line, or free.
+    FairRelease,
+    /// A fair waiter leaves the line, and passes the lock on if it was handed over to it.
+    Leave,
 }
 
 /// Everything needed to open connections, from the builder.
@@ -81,6 +132,7 @@ impl RedisBackend {
             acquire: Script::new(ACQUIRE),
             release: Script::new(RELEASE),
             extend: Script::new(EXTEND),
+            fair: Script::new(FAIR),
         });
         let waiters = Arc::new(Waiters::default());
         let backend = Self {
@@ -102,6 +154,7 @@ impl RedisBackend {
                 &backend.scripts.acquire,
                 &backend.scripts.release,
                 &backend.scripts.extend,
+                &backend.scripts.fair,
             ] {
                 script
                     .prepare_invoke()
@@ -210,33 +263,51 @@ impl RedisBackend {
         name: &str,
         token: &str,
         lease: Duration,
+        mode: Mode,
     ) -> Result<Attempt, LockError> {
         let key = self.lock_key(name);
-        let fence_key = format!("{key}{FENCE_SUFFIX}");
         // The counter must outlive every lease drawn from it.
         let fence_ttl_ms = self.fence_ttl_ms.max(millis(lease));
-        let (acquired, value) = self
+        let (acquired, value, clock) = self
             .run("acquire", |conn| async {
                 // If this future is dropped while the script is in flight, or the reply
-                // is lost, the lock may have been taken: give it back by token, on the
-                // same connection so the release runs after the acquire.
+                // is lost, the lock may have been taken (or a place in line): give it
+                // back by token, on the same connection so that runs after the acquire.
                 let mut pending = PendingAcquire {
                     backend: self,
                     conn,
                     key: &key,
                     token,
+                    how: if mode.is_fair() {
+                        GiveBack::Leave
+                    } else {
+                        GiveBack::Release
+                    },
                     armed: true,
                 };
-                let reply: (i64, i64) = self
-                    .scripts
-                    .acquire
-                    .key(&key)
-                    .key(&fence_key)
-                    .arg(token)
-                    .arg(millis(lease))
-                    .arg(fence_ttl_ms)
-                    .invoke_async(&mut pending.conn)
-                    .await?;
+                let reply: (i64, i64, Option<i64>) = match mode {
+                    Mode::Plain => {
+                        let (acquired, value): (i64, i64) = self
+                            .scripts
+                            .acquire
+                            .key(&key)
+                            .key(format!("{key}{FENCE_SUFFIX}"))
+                            .arg(token)
+                            .arg(millis(lease))
+                            .arg(fence_ttl_ms)
+                            .invoke_async(&mut pending.conn)
+                            .await?;
+                        (acquired, value, None)
+                    }
+                    Mode::Fair { place } => {
+                        let (acquired, value, clock): (i64, i64, i64) = self
+                            .scripts
+                            .fair(&key, "acquire", token, millis(lease), fence_ttl_ms, place)
+                            .invoke_async(&mut pending.conn)
+                            .await?;
+                        (acquired, value, Some(clock))
+                    }
+                };
                 pending.armed = false;
                 Ok(reply)
             })
@@ -244,30 +315,73 @@ impl RedisBackend {
         Ok(if acquired == 1 {
             Attempt::Acquired {
                 fence: u64::try_from(value).unwrap_or_default(),
+                // A fair reply gives the lease left: a lock handed over earlier is
+                // already running its lease.
+                left: clock
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis),
             }
         } else {
             Attempt::Held {
                 ttl: u64::try_from(value).ok().map(Duration::from_millis),
+                clock_us: clock.and_then(|us| u64::try_from(us).ok()),
             }
         })
     }
 
     /// Releases if `token` owns `name`. Not retried on a fresh connection: had the first
     /// attempt gone through, the retry would report the lock as not held.
-    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<bool, LockError> {
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        token: &str,
+        fair: bool,
+    ) -> Result<bool, LockError> {
+        let how = if fair {
+            GiveBack::FairRelease
+        } else {
+            GiveBack::Release
+        };
         let mut conn = self.conn().await?;
-        release_on(&self.scripts, &mut conn, &self.lock_key(name), token)
-            .await
-            .map_err(|e| self.error("release", e))
+        give_back(
+            &self.scripts,
+            &mut conn,
+            &self.lock_key(name),
+            token,
+            how,
+            self.fence_ttl_ms,
+        )
+        .await
+        .map_err(|e| self.error("release", e))
     }
 
     /// Releases in a background task; used when a guard is dropped.
-    pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str) {
+    pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str, fair: bool) {
+        let how = if fair {
+            GiveBack::FairRelease
+        } else {
+            GiveBack::Release
+        };
+        self.give_back_detached(name, token, how);
+    }
+
+    /// Takes a fair waiter out of the line in a background task; used when it gives up.
+    pub(crate) fn leave_detached(self: &Arc<Self>, name: &str, token: &str) {
+        self.give_back_detached(name, token, GiveBack::Leave);
+    }
+
+    fn give_back_detached(self: &Arc<Self>, name: &str, token: &str, how: GiveBack) {
         let backend = self.clone();
-        let (name, token) = (name.to_owned(), token.to_owned());
-        self.detached.spawn(&name.clone(), async move {
-            if let Err(e) = backend.release(&name, &token).await {
-                tracing::warn!(key = %name, error = %e, "background release failed; the lease will expire");
+        let (key, token) = (self.lock_key(name), token.to_owned());
+        self.detached.spawn(name, async move {
+            let given = async {
+                let mut conn = backend.conn().await?;
+                give_back(&backend.scripts, &mut conn, &key, &token, how, backend.fence_ttl_ms)
+                    .await
+                    .map_err(|e| backend.error("release", e))
+            };
+            if let Err(e) = given.await {
+                tracing::warn!(key = %key, error = %e, "background release failed; the lease will expire");
             }
         });
     }
@@ -388,19 +502,38 @@ impl RedisBackend {
     }
 }
 
-async fn release_on(
+/// Gives lock `key` back, if `token` holds it (or, leaving, takes `token` out of its
+/// line); says whether `token` held it.
+async fn give_back(
     scripts: &Scripts,
     conn: &mut MultiplexedConnection,
     key: &str,
     token: &str,
+    how: GiveBack,
+    fence_ttl_ms: u64,
 ) -> Result<bool, RedisError> {
-    let reply: i64 = scripts
-        .release
-        .key(key)
-        .key(format!("{key}{CHANNEL_SUFFIX}"))
-        .arg(token)
-        .invoke_async(conn)
-        .await?;
+    let reply: i64 = match how {
+        GiveBack::Release => {
+            scripts
+                .release
+                .key(key)
+                .key(format!("{key}{CHANNEL_SUFFIX}"))
+                .arg(token)
+                .invoke_async(conn)
+                .await?
+        }
+        GiveBack::FairRelease | GiveBack::Leave => {
+            let op = if how == GiveBack::Leave {
+                "leave"
+            } else {
+                "release"
+            };
+            scripts
+                .fair(key, op, token, 0, fence_ttl_ms, Duration::ZERO)
+                .invoke_async(conn)
+                .await?
+        }
+    };
     Ok(reply == 1)
 }
 
@@ -410,6 +543,7 @@ struct PendingAcquire<'a> {
     conn: MultiplexedConnection,
     key: &'a str,
     token: &'a str,
+    how: GiveBack,
     armed: bool,
 }
 
@@ -420,9 +554,10 @@ impl Drop for PendingAcquire<'_> {
         }
         let scripts = self.backend.scripts.clone();
         let mut conn = self.conn.clone();
-        let (key, token) = (self.key.to_owned(), self.token.to_owned());
+        let (key, token, how) = (self.key.to_owned(), self.token.to_owned(), self.how);
+        let fence_ttl_ms = self.backend.fence_ttl_ms;
         self.backend.detached.spawn(self.key, async move {
-            if let Err(e) = release_on(&scripts, &mut conn, &key, &token).await {
+            if let Err(e) = give_back(&scripts, &mut conn, &key, &token, how, fence_ttl_ms).await {
                 tracing::warn!(key = %key, error = %e, "could not give back an interrupted acquire; the lease will expire");
             }
         });
@@ -604,7 +739,10 @@ async fn run_hub(
             }
             HubEvent::Message(Some(msg)) => {
                 if let Some(key) = msg.get_channel_name().strip_suffix(CHANNEL_SUFFIX) {
-                    waiters.wake_one(key);
+                    match hand_over(msg.get_payload_bytes()) {
+                        Some((token, grant)) => waiters.deliver(key, token, grant),
+                        None => waiters.wake_one(key),
+                    }
                 }
             }
             HubEvent::Message(None) => {
@@ -615,6 +753,21 @@ async fn run_hub(
             HubEvent::Retry => backoff = (backoff * 2).min(Duration::from_secs(2)),
         }
     }
+}
+
+/// The hand-over a fair release names in its message, `"<token> <fence> <server us>"`;
+/// `None` for a release that freed the lock (an empty message).
+fn hand_over(payload: &[u8]) -> Option<(&str, Grant)> {
+    let mut parts = std::str::from_utf8(payload).ok()?.split(' ');
+    let (token, fence, at_us) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let grant = Grant {
+        fence: fence.parse().ok()?,
+        at_us: at_us.parse().ok()?,
+    };
+    Some((token, grant))
 }
 
 async fn connect_pubsub(
@@ -641,6 +794,21 @@ async fn connect_pubsub(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hand_over_messages_name_their_waiter() {
+        let grant = Grant {
+            fence: 1_795_403_503_165_794,
+            at_us: 1_795_403_503_519_585,
+        };
+        assert_eq!(
+            hand_over(b"6f1c 1795403503165794 1795403503519585"),
+            Some(("6f1c", grant))
+        );
+        for freed in [&b""[..], b"6f1c", b"6f1c 1 x", b"6f1c 1 2 3", b"\xff 1 2"] {
+            assert_eq!(hand_over(freed), None, "{freed:?}");
+        }
+    }
 
     #[test]
     fn redact_hides_credentials() {

@@ -6,17 +6,7 @@
 -- ARGV[3] expiry of the fence counter in milliseconds (refreshed on every acquisition)
 -- Returns {1, fence} when acquired, {0, pttl of the holder} when held.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.call('INCR', KEYS[2])
-  if fence == 1 then
-    -- A new counter (first use, expired while idle, or lost with a restarted server)
-    -- starts from the server clock in microseconds, so tokens never go backwards.
-    local now = redis.call('TIME')
-    local seed = now[1] .. string.format('%06d', tonumber(now[2]))
-    redis.call('SET', KEYS[2], seed, 'PX', ARGV[3])
-    return {1, tonumber(seed)}
-  end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return {1, fence}
+  return {1, draw_fence(KEYS[2], ARGV[3])}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   -- This same acquisition, retried because the connection died before its reply came:

@@ -1,0 +1,107 @@
+-- The fair lock: first come, first served. Its lock key is the plain lock's (a string
+-- holding the owner's token, set with a lease), so fair and plain holds of one name
+-- exclude each other. Waiters queue in Redis; a release hands the lock straight to the
+-- first waiter in line whose place has not run out, and names it in the release message,
+-- so it need not ask again.
+-- KEYS[1] lock key        P{N}
+-- KEYS[2] fence counter   P{N}:fence
+-- KEYS[3] line            P{N}:queue     list of waiting tokens, first come first
+-- KEYS[4] places          P{N}:waiters   hash: token -> "<place runs out, server us>:<lease ms>"
+-- KEYS[5] channel         P{N}:released
+-- ARGV[1] 'acquire', 'release', or 'leave' (stop waiting; give the lock back if handed over)
+-- ARGV[2] the caller's token
+-- ARGV[3] the caller's lease in milliseconds (acquire)
+-- ARGV[4] expiry of the fence counter in milliseconds (a hand-over draws a token too)
+-- ARGV[5] how long the caller's place in line lasts, in milliseconds; 0: do not queue (acquire)
+-- ARGV[6] expiry of the line's keys in milliseconds, longer than any place (acquire)
+-- Returns, for 'acquire': {1, fence, lease left in ms} when the caller holds the lock (taken
+-- now, or handed to it earlier); {0, pttl of the holder, server time in us} when it waits.
+-- For 'release' and 'leave': 1 when the caller held the lock (now passed on), 0 otherwise.
+-- A hand-over publishes "<token> <fence> <server time in us>"; a release that finds
+-- nobody in line frees the lock and publishes '', as the plain lock does.
+local lock, counter, line, places, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local op, token = ARGV[1], ARGV[2]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+-- The first waiter in line whose place has not run out, and its lease; the waiters
+-- ahead of it, gone or out of time, are dropped.
+local function first_in_line()
+  while true do
+    local head = redis.call('LINDEX', line, 0)
+    if not head then
+      return nil
+    end
+    local place = redis.call('HGET', places, head)
+    if place then
+      local expires, lease = string.match(place, '^(%d+):(%d+)$')
+      if tonumber(expires) > now then
+        return head, lease
+      end
+    end
+    redis.call('LPOP', line)
+    redis.call('HDEL', places, head)
+  end
+end
+
+local function take(owner, lease)
+  redis.call('SET', lock, owner, 'PX', lease)
+  return draw_fence(counter, math.max(tonumber(ARGV[4]), tonumber(lease)))
+end
+
+-- Gives the lock to the first in line and tells it, with its token and the server time
+-- (from which it reckons its lease).
+local function hand_over(head, lease)
+  redis.call('LPOP', line)
+  redis.call('HDEL', places, head)
+  local fence = take(head, lease)
+  redis.call('PUBLISH', channel, string.format('%s %d %d', head, fence, now))
+end
+
+if op == 'acquire' then
+  local owner = redis.call('GET', lock)
+  if owner == token then
+    -- Handed over to the caller, whose message went astray; or this same attempt,
+    -- retried because the connection died before its reply came.
+    return {1, tonumber(redis.call('GET', counter)), redis.call('PTTL', lock)}
+  end
+  if not owner then
+    local head, lease = first_in_line()
+    if not head or head == token then
+      if head then
+        redis.call('LPOP', line)
+        redis.call('HDEL', places, head)
+      end
+      return {1, take(token, ARGV[3]), tonumber(ARGV[3])}
+    end
+    -- Free (its holder's lease ran out, or a plain release freed it) with someone
+    -- ahead of the caller: it is theirs.
+    hand_over(head, lease)
+  end
+  local place = tonumber(ARGV[5])
+  if place > 0 then
+    local entry = string.format('%d:%s', now + place * 1000, ARGV[3])
+    if redis.call('HSET', places, token, entry) == 1 then
+      redis.call('RPUSH', line, token)
+    end
+    redis.call('PEXPIRE', line, ARGV[6])
+    redis.call('PEXPIRE', places, ARGV[6])
+  end
+  return {0, redis.call('PTTL', lock), now}
+end
+
+if op == 'leave' then
+  redis.call('LREM', line, 1, token)
+  redis.call('HDEL', places, token)
+end
+if redis.call('GET', lock) ~= token then
+  return 0
+end
+local head, lease = first_in_line()
+if head then
+  hand_over(head, lease)
+else
+  redis.call('DEL', lock)
+  redis.call('PUBLISH', channel, '')
+end
+return 1

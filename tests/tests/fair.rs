@@ -1,0 +1,290 @@
+//! The fair lock against real redis-server processes: first come first served across
+//! several `Locker`s (replicas), a release that hands the lock to the next in line and
+//! wakes it alone, waiters that give up or die, a waiter that missed its message, fair
+//! and plain holds of one name, and mutual exclusion under contention.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::redis::AsyncCommands;
+use lock_core::{LockGuard, LockOptions, Locker};
+use lock_tests::{RedisServer, eventually};
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+
+const SEC: Duration = Duration::from_secs(1);
+
+async fn connect(server: &RedisServer) -> Locker {
+    Locker::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+fn fair() -> LockOptions {
+    LockOptions::new().fair(true).wait(30 * SEC)
+}
+
+/// How many waiters are in the line of lock `name`.
+fn line_len(server: &RedisServer, name: &str) -> i64 {
+    let line = format!("lock:{{{name}}}:queue");
+    server.cmd(&["LLEN", &line]).unwrap().as_int().unwrap()
+}
+
+/// Waits until `n` waiters are in the line of lock `name`.
+async fn until_in_line(server: &RedisServer, name: &str, n: i64) {
+    eventually(5 * SEC, &format!("{n} waiters in line"), || async {
+        line_len(server, name) == n
+    })
+    .await;
+}
+
+/// One fair attempt, without queueing: whether it got the lock (released at once).
+async fn try_fair(locker: &Locker, name: &str) -> bool {
+    match locker.lock_with(name, fair().wait(Duration::ZERO)).await {
+        Ok(guard) => {
+            guard.release().await.unwrap();
+            true
+        }
+        Err(e) if e.is_timeout() => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A task that waits in line for `name`, then holds it for `hold`.
+fn queue_up(
+    locker: &Locker,
+    name: &'static str,
+    hold: Duration,
+    then: impl FnOnce(&LockGuard) + Send + 'static,
+) -> JoinHandle<()> {
+    let locker = locker.clone();
+    tokio::spawn(async move {
+        let guard = locker.lock_with(name, fair()).await.unwrap();
+        then(&guard);
+        tokio::time::sleep(hold).await;
+        guard.release().await.unwrap();
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_across_lockers_are_served_in_the_order_they_asked() {
+    let server = RedisServer::spawn();
+    let lockers = [
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    ];
+    let holder = lockers[0].lock_with("fifo", fair()).await.unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..9 {
+        let served = served.clone();
+        tasks.push(queue_up(
+            &lockers[i % 3],
+            "fifo",
+            Duration::from_millis(20),
+            move |g| {
+                served.lock().unwrap().push((i, g.fencing_token()));
+            },
+        ));
+        until_in_line(&server, "fifo", i as i64 + 1).await;
+    }
+    // While they wait, a newcomer's attempt does not jump the line.
+    assert!(!try_fair(&lockers[1], "fifo").await);
+    holder.release().await.unwrap();
+    for t in tasks {
+        timeout(10 * SEC, t).await.unwrap().unwrap();
+    }
+    let served = served.lock().unwrap().clone();
+    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, (0..9).collect::<Vec<_>>(), "served out of order");
+    assert!(
+        served.windows(2).all(|w| w[1].1 > w[0].1),
+        "fencing tokens must increase"
+    );
+    assert_eq!(line_len(&server, "fifo"), 0);
+    assert!(try_fair(&lockers[2], "fifo").await);
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_over_and_wakes_the_next_waiter_alone() {
+    let server = RedisServer::spawn();
+    let lockers = [connect(&server).await, connect(&server).await];
+    let holder = lockers[0].lock_with("relay", fair()).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        tasks.push(queue_up(
+            &lockers[i % 2],
+            "relay",
+            Duration::from_millis(10),
+            |_| {},
+        ));
+        until_in_line(&server, "relay", i as i64 + 1).await;
+    }
+    // Each waiter tried once, subscribed, and (the first on its Locker) tried again.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = server.calls("evalsha");
+    holder.release().await.unwrap();
+    for t in tasks {
+        timeout(10 * SEC, t).await.unwrap().unwrap();
+    }
+    // Seven releases, each handing the lock on (the last one freeing it). A waiter that
+    // was woken to ask again, or had to poll, would cost one more command each; allow a
+    // safety poll or two.
+    let commands = server.calls("evalsha") - before;
+    assert!(
+        (7..=9).contains(&commands),
+        "{commands} commands for 6 hand-overs"
+    );
+}
+
+#[tokio::test]
+async fn waiters_that_give_up_or_die_do_not_hold_up_the_line() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let holder = a.lock_with("line", fair()).await.unwrap();
+
+    // A waiter that died: its place (200 ms from now, on the server's clock) is never
+    // renewed. Were the lock handed to it, it would stay held for its 30 s lease.
+    let time = server.cmd(&["TIME"]).unwrap();
+    let time = time.as_array().unwrap();
+    let now_us: u64 = time[0].as_str().unwrap().parse::<u64>().unwrap() * 1_000_000
+        + time[1].as_str().unwrap().parse::<u64>().unwrap();
+    let place = format!("{}:30000", now_us + 200_000);
+    server
+        .cmd(&["RPUSH", "lock:{line}:queue", "ghost"])
+        .unwrap();
+    server
+        .cmd(&["HSET", "lock:{line}:waiters", "ghost", &place])
+        .unwrap();
+
+    let gives_up = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock_with("line", fair().wait(Duration::from_millis(300)))
+                .await
+                .map(drop)
+        }
+    });
+    until_in_line(&server, "line", 2).await;
+    let dropped = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock_with("line", fair()).await.map(drop) }
+    });
+    until_in_line(&server, "line", 3).await;
+    let last = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let guard = a.lock_with("line", fair()).await.unwrap();
+            guard.release().await.unwrap();
+        }
+    });
+    until_in_line(&server, "line", 4).await;
+
+    let err = gives_up.await.unwrap().unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    // Both left the line; the ghost stays until it comes up.
+    until_in_line(&server, "line", 2).await;
+
+    holder.release().await.unwrap();
+    timeout(5 * SEC, last)
+        .await
+        .expect("the lock went to the dead waiter")
+        .unwrap();
+    for key in ["lock:{line}:queue", "lock:{line}:waiters", "lock:{line}"] {
+        assert_eq!(
+            server.cmd(&["EXISTS", key]).unwrap().as_int(),
+            Some(0),
+            "{key} left behind"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_that_missed_its_message_finds_the_lock_handed_to_it() {
+    use lock_core::RedisConnectionManager;
+    use lock_core::bb8;
+
+    let server = RedisServer::spawn();
+    // A Locker on a bare pool has no pub/sub connection: it never hears the hand-over.
+    let manager = RedisConnectionManager::new(server.url()).unwrap();
+    let pool = bb8::Pool::builder()
+        .max_size(2)
+        .build(manager)
+        .await
+        .unwrap();
+    let deaf = Locker::builder().pool(pool).build().await.unwrap();
+    let locker = connect(&server).await;
+
+    let holder = locker.lock_with("deaf", fair()).await.unwrap();
+    let holder_token = holder.fencing_token();
+    let waiter = tokio::spawn({
+        let deaf = deaf.clone();
+        async move { deaf.lock_with("deaf", fair().lease(SEC)).await.unwrap() }
+    });
+    until_in_line(&server, "deaf", 1).await;
+    holder.release().await.unwrap();
+    // Handed over at once; the waiter learns it at its next poll, with a 1 s lease
+    // already running, which its watchdog then keeps renewed.
+    assert!(!try_fair(&locker, "deaf").await);
+    let guard = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    assert!(guard.fencing_token() > holder_token);
+    tokio::time::sleep(2 * SEC).await;
+    assert!(guard.is_held().await.unwrap(), "the watchdog let it go");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    assert!(try_fair(&locker, "deaf").await);
+}
+
+#[tokio::test]
+async fn fair_and_plain_holds_of_one_name_exclude_each_other() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let plain = a.lock("mixed").await.unwrap();
+    assert!(!try_fair(&b, "mixed").await);
+    let fair_waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock_with("mixed", fair()).await.unwrap() }
+    });
+    until_in_line(&server, "mixed", 1).await;
+    // A plain release frees the lock and wakes a waiter: the fair one takes it.
+    plain.release().await.unwrap();
+    let held = timeout(5 * SEC, fair_waiter).await.unwrap().unwrap();
+    assert!(
+        a.try_lock("mixed").await.unwrap().is_none(),
+        "a plain lock got a held fair lock"
+    );
+    held.release().await.unwrap();
+    assert!(a.try_lock("mixed").await.unwrap().is_some());
+}
+
+/// 32 tasks over two Lockers increment a counter stored in Redis with a deliberately
+/// non-atomic read, yield, write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_under_contention() {
+    let server = RedisServer::spawn();
+    let lockers = [connect(&server).await, connect(&server).await];
+    let client = lock_core::redis::Client::open(server.url()).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let locker = lockers[i % 2].clone();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..16 {
+                let guard = locker.lock_with("counter", fair()).await.unwrap();
+                let seen: i64 = conn.get("counter").await.unwrap_or(0);
+                tokio::task::yield_now().await;
+                let () = conn.set("counter", seen + 1).await.unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(60 * SEC, t).await.unwrap().unwrap();
+    }
+    let total = server.cmd(&["GET", "counter"]).unwrap();
+    assert_eq!(total.as_str(), Some("512"), "lost updates");
+    assert_eq!(line_len(&server, "counter"), 0);
+}
