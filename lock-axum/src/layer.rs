@@ -28,6 +28,7 @@ pub(crate) struct Config {
     pub(crate) contended: StatusCode,
     pub(crate) methods: Vec<Method>,
     pub(crate) hold_until_body_end: bool,
+    pub(crate) fair: bool,
     pub(crate) error_handler: Option<ErrorHandler>,
 }
 
@@ -54,6 +55,7 @@ impl fmt::Debug for Config {
             .field("contended", &self.contended)
             .field("methods", &self.methods)
             .field("hold_until_body_end", &self.hold_until_body_end)
+            .field("fair", &self.fair)
             .field("error_handler", &self.error_handler.as_ref().map(|_| ".."))
             .finish()
     }
@@ -106,6 +108,7 @@ impl LockLayer {
                 contended: StatusCode::LOCKED,
                 methods: vec![Method::POST, Method::PUT, Method::PATCH, Method::DELETE],
                 hold_until_body_end: false,
+                fair: false,
                 error_handler: None,
             }),
         }
@@ -159,6 +162,14 @@ impl LockLayer {
     /// stream a body produced under the lock.
     pub fn hold_until_body_end(mut self, hold: bool) -> Self {
         self.config().hold_until_body_end = hold;
+        self
+    }
+
+    /// Serves the requests waiting for one lock first come first served, across every
+    /// replica (default `false`: whoever asks first after a release wins). See
+    /// [`LockOptions::fair`](lock_core::LockOptions::fair).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.config().fair = fair;
         self
     }
 

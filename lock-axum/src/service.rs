@@ -178,7 +178,7 @@ async fn acquire(config: &Config, parts: &mut Parts) -> Result<Option<LockGuard>
     let Some(key) = key? else {
         return Ok(None);
     };
-    let mut options = LockOptions::new().wait(config.wait);
+    let mut options = LockOptions::new().wait(config.wait).fair(config.fair);
     if let Some(lease) = config.lease {
         options = options.lease(lease);
     }

@@ -18,7 +18,8 @@ mod kw {
 }
 
 /// Every option, as listed in errors.
-const VALID: &str = "`key`, `keys`, `locker`, `wait`, `lease`, `watchdog`, `guard`, `crate`";
+const VALID: &str =
+    "`key`, `keys`, `locker`, `wait`, `lease`, `watchdog`, `mode`, `guard`, `crate`";
 
 /// What the lock is taken on.
 #[derive(Debug)]
@@ -36,6 +37,15 @@ pub(crate) struct Millis {
     pub(crate) span: Span,
 }
 
+/// `mode = ".."`: how the lock is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `"write"`, the default: exclusive; whoever asks first after a release wins.
+    Write,
+    /// `"fair"`: exclusive, first come first served.
+    Fair,
+}
+
 /// The parsed arguments of `#[distributed_lock(..)]`.
 pub(crate) struct Args {
     pub(crate) keys: Keys,
@@ -43,6 +53,7 @@ pub(crate) struct Args {
     pub(crate) wait: Option<Millis>,
     pub(crate) lease: Option<Millis>,
     pub(crate) watchdog: Option<LitBool>,
+    pub(crate) mode: Option<(Mode, Span)>,
     pub(crate) guard: Option<Ident>,
     pub(crate) krate: Option<Path>,
 }
@@ -54,6 +65,7 @@ impl Parse for Args {
         let mut wait = None;
         let mut lease = None;
         let mut watchdog = None;
+        let mut mode = None;
         let mut guard = None;
         let mut krate = None;
 
@@ -142,12 +154,27 @@ impl Parse for Args {
                     )
                 })?;
                 set(&mut krate, path, k.span, "crate")?;
-            } else if input.peek(kw::mode) {
+            } else if lookahead.peek(kw::mode) {
                 let k = input.parse::<kw::mode>()?;
-                return Err(syn::Error::new(
-                    k.span,
-                    "`mode` is not supported yet: #[distributed_lock] takes exclusive locks",
-                ));
+                input.parse::<Token![=]>()?;
+                let lit = input.parse::<LitStr>()?;
+                let parsed = match lit.value().as_str() {
+                    "write" => Mode::Write,
+                    "fair" => Mode::Fair,
+                    "read" => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            "`mode = \"read\"` is not supported yet: lock-core has no read-write lock",
+                        ));
+                    }
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!("unknown mode {other:?}; expected \"write\" or \"fair\""),
+                        ));
+                    }
+                };
+                set(&mut mode, (parsed, lit.span()), k.span, "mode")?;
             } else if input.peek(Ident) {
                 let unknown: Ident = input.parse()?;
                 return Err(syn::Error::new(
@@ -175,6 +202,7 @@ impl Parse for Args {
             wait,
             lease,
             watchdog,
+            mode,
             guard,
             krate,
         })
@@ -338,7 +366,12 @@ mod tests {
             err(quote!(key = "a", timeout = "1s"))
                 .contains("unknown option `timeout`; valid options: `key`")
         );
-        assert!(err(quote!(key = "a", mode = "read")).contains("`mode` is not supported yet"));
+        assert!(err(quote!(key = "a", mode = "read")).contains("no read-write lock"));
+        assert!(err(quote!(key = "a", mode = "fifo")).contains("unknown mode \"fifo\""));
+        assert!(
+            err(quote!(key = "a", mode = "fair", mode = "write"))
+                .contains("`mode` is given more than once")
+        );
         assert!(err(quote!(key = "a", wait = "soon")).contains("invalid duration \"soon\""));
         assert!(err(quote!(key = "a", lease = "0s")).contains("longer than zero"));
         assert!(err(quote!(key = "a", watchdog = "no")).contains("watchdog = false"));

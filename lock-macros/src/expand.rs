@@ -5,7 +5,7 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{AttrStyle, FnArg, ItemFn, LitStr, Pat, ReturnType, Signature, Type};
 
-use crate::attr::{Args, Keys};
+use crate::attr::{Args, Keys, Mode};
 use crate::template::Template;
 
 /// The whole macro: `attr` are the arguments, `item` the annotated fn. On any error, the
@@ -50,10 +50,15 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
     let private = quote!(#krate::__private);
 
     // `Err(E::from(lock_error))`, where a missing `From<LockError>` is reported at the
-    // return type.
+    // return type. For `E = LockError` the conversion is the identity, which clippy would
+    // report at the user's return type.
     let ret_span = ret.span();
     let fail = quote_spanned! {ret_span=>
-        ::core::result::Result::Err(::core::convert::From::from(__lock_err))
+        {
+            #[allow(clippy::useless_conversion)]
+            let __lock_err = ::core::convert::From::from(__lock_err);
+            ::core::result::Result::Err(__lock_err)
+        }
     };
 
     let locker = match &args.locker {
@@ -77,6 +82,9 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
     }
     if let Some(watchdog) = &args.watchdog {
         opts = quote_spanned!(watchdog.span=> #opts.watchdog(#watchdog));
+    }
+    if let Some((Mode::Fair, span)) = args.mode {
+        opts = quote_spanned!(span=> #opts.fair(true));
     }
 
     let (outer_attrs, inner_attrs): (Vec<_>, Vec<_>) = func
@@ -401,14 +409,14 @@ mod tests {
     #[test]
     fn options_chain() {
         let out = run(
-            quote!(key = "k", lease = "1m30s", watchdog = false),
+            quote!(key = "k", lease = "1m30s", watchdog = false, mode = "fair"),
             quote!(
                 async fn f() -> Result<(), E> {
                     Ok(())
                 }
             ),
         );
-        assert!(out.contains("LockOptions :: new () . lease (:: lock_core :: __private :: Duration :: from_millis (90000u64)) . watchdog (false)"), "{out}");
+        assert!(out.contains("LockOptions :: new () . lease (:: lock_core :: __private :: Duration :: from_millis (90000u64)) . watchdog (false) . fair (true)"), "{out}");
     }
 
     #[test]

@@ -93,6 +93,9 @@ mod template;
 /// - `wait = "5s"`, `lease = "30s"`: how long to wait for the lock and how long each lease
 ///   runs (`"250ms"`, `"5s"`, `"2m"`, `"1h"`, `"1m30s"`); default: the locker's.
 /// - `watchdog = false`: do not renew the lease while the body runs.
+/// - `mode = "fair"`: wait in line, first come first served across every process
+///   (`LockOptions::fair`); `mode = "write"` is the default exclusive lock. (`"read"` is
+///   refused until lock-core has a read-write lock.)
 /// - `guard = name`: binds `name: &LockGuard` in the body (`&MultiGuard` with `keys`), e.g.
 ///   for its fencing token.
 /// - `crate = "path"`: where `lock_core` is, for crates that re-export it.

@@ -278,6 +278,53 @@ async fn two_app_instances_on_one_redis_exclude_each_other() {
     deposit_concurrently(&bank, &[first, second], 5, 24).await;
 }
 
+/// With `.fair(true)`, requests waiting for one account are served in the order they
+/// came, whichever of two replicas they reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_layer_serves_requests_in_the_order_they_came() {
+    let redis = RedisServer::spawn();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let app = |locker: Locker| {
+        let served = served.clone();
+        let record = move |Path((_, turn)): Path<(u64, usize)>| async move {
+            served.lock().unwrap().push(turn);
+            "ok"
+        };
+        Router::new()
+            .route("/accounts/{id}/turn/{turn}", post(record))
+            .route_layer(LockLayer::new(locker, "balance:{id}").fair(true))
+    };
+    let replicas = [
+        serve(app(connect(&redis).await)).await,
+        serve(app(connect(&redis).await)).await,
+    ];
+    let holder = connect(&redis)
+        .await
+        .lock_with("balance:3", LockOptions::new().fair(true))
+        .await
+        .unwrap();
+    let in_line = || {
+        let reply = redis.cmd(&["LLEN", "lock:{balance:3}:queue"]).unwrap();
+        reply.as_int().unwrap()
+    };
+    let mut requests = Vec::new();
+    for turn in 0..6 {
+        let (client, addr) = (client(), replicas[turn % 2]);
+        requests.push(tokio::spawn(async move {
+            post_to(&client, addr, &format!("/accounts/3/turn/{turn}")).await
+        }));
+        lock_tests::eventually(DEADLINE, "the request to get in line", || async {
+            in_line() == turn as i64 + 1
+        })
+        .await;
+    }
+    holder.release().await.unwrap();
+    for r in requests {
+        assert_eq!(r.await.unwrap().status, StatusCode::OK);
+    }
+    assert_eq!(*served.lock().unwrap(), (0..6).collect::<Vec<_>>());
+}
+
 // ---------------------------------------------------------------------------------------
 // methods, contention, backend failure
 

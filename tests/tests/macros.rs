@@ -536,3 +536,50 @@ async fn missing_global_locker_is_an_error_then_set_global_works() {
     let first = with_global(1).await.expect("global locker");
     assert!(with_global(1).await.expect("global locker") > first);
 }
+
+#[distributed_lock(key = "job:{id}", locker = locker, mode = "fair", wait = "30s")]
+async fn run_in_turn(
+    locker: &Locker,
+    id: u64,
+    turn: usize,
+    served: Arc<Mutex<Vec<usize>>>,
+) -> Result<(), LockError> {
+    served.lock().unwrap().push(turn);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}
+
+/// `mode = "fair"` queues calls: they run in the order they asked, across two Lockers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_fair_runs_calls_in_the_order_they_came() {
+    let server = RedisServer::spawn();
+    let lockers = [
+        Locker::connect(&server.url()).await.expect("connect"),
+        Locker::connect(&server.url()).await.expect("connect"),
+    ];
+    let in_line = || {
+        let reply = server.cmd(&["LLEN", "lock:{job:7}:queue"]).unwrap();
+        reply.as_int().unwrap()
+    };
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let holder = lockers[0]
+        .lock_with("job:7", lock_core::LockOptions::new().fair(true))
+        .await
+        .unwrap();
+    let mut calls = Vec::new();
+    for turn in 0..6 {
+        let (locker, served) = (lockers[turn % 2].clone(), served.clone());
+        calls.push(tokio::spawn(async move {
+            run_in_turn(&locker, 7, turn, served).await
+        }));
+        eventually(WAIT, "the call to get in line", || async {
+            in_line() == turn as i64 + 1
+        })
+        .await;
+    }
+    holder.release().await.unwrap();
+    for call in calls {
+        bounded("a fair call", call).await.unwrap().unwrap();
+    }
+    assert_eq!(*served.lock().unwrap(), (0..6).collect::<Vec<_>>());
+}

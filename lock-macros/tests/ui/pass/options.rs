@@ -15,6 +15,7 @@ struct Order {
     wait = "250ms",
     lease = "1m30s",
     watchdog = false,
+    mode = "fair",
     guard = lock,
     crate = "::lock_core"
 )]
