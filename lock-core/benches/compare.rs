@@ -2,7 +2,8 @@
 //! process and one run, so that ratios mean something on a noisy machine (issue 6).
 //!
 //! Run with: `cargo bench -p lock-core --bench compare` (add `-- --quick`, or set
-//! `COMPARE_QUICK=1`, for a run of about a minute).
+//! `COMPARE_QUICK=1`, for a run of about a minute; `-- --only handoff,fair-handoff` runs
+//! just those scenarios).
 //!
 //! The program spawns its own `redis-server` (lock-tests), measures the Redis round trip,
 //! runs every scenario on a tokio runtime of 1 and then 2 worker threads, prints one
@@ -47,6 +48,10 @@ return 0"#;
 const CORE_IN_SCRIPT: &[&str] = &[
     "set", "exists", "time", "incr", "pexpire", "get", "del", "publish", "pttl",
 ];
+const FAIR_IN_SCRIPT: &[&str] = &[
+    "set", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "lindex", "hget", "lpop",
+    "hdel", "hset", "rpush", "lrem",
+];
 const RAW_IN_SCRIPT: &[&str] = &["get", "del"];
 const RSLOCK_IN_SCRIPT: &[&str] = &["get", "del"];
 
@@ -59,6 +64,16 @@ const WATCHDOG_LEASE: Duration = Duration::from_secs(3);
 /// attempt (made the moment it sees someone else acquire) races that holder's release
 /// and wins: a retry-based lock would get a wake-up from the harness for free.
 const HANDOFF_HOLD: Duration = Duration::from_millis(1);
+/// Every scenario, in the order they run.
+const SCENARIOS: &[&str] = &[
+    "uncontended",
+    "parallel",
+    "handoff",
+    "fair-handoff",
+    "watchdog",
+    "axum",
+    "memory",
+];
 
 /// How much work each scenario does.
 #[derive(Debug, Clone, Copy)]
@@ -110,6 +125,19 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick")
         || std::env::var("COMPARE_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
     let scale = if quick { Scale::quick() } else { Scale::full() };
+    let only: Vec<&str> = match args.iter().position(|a| a == "--only") {
+        Some(at) => args
+            .get(at + 1)
+            .map(|list| list.split(',').collect())
+            .unwrap_or_default(),
+        None => SCENARIOS.to_vec(),
+    };
+    if let Some(unknown) = only.iter().find(|s| !SCENARIOS.contains(s)) {
+        eprintln!(
+            "unknown scenario {unknown:?}; --only takes a comma-separated list of {SCENARIOS:?}"
+        );
+        std::process::exit(2);
+    }
     let started = Instant::now();
 
     let server = RedisServer::spawn();
@@ -131,11 +159,13 @@ fn main() {
             .build()
             .expect("build the tokio runtime");
         println!("\n## tokio runtime: multi_thread, worker_threads = {workers}");
-        rt.block_on(run_all(&server, workers, scale, &mut report));
+        rt.block_on(run_all(&server, workers, scale, &only, &mut report));
         rt.shutdown_timeout(Duration::from_secs(5));
     }
-    for workers in [1, 2] {
-        memory::run(&server, workers, scale, &mut report);
+    if only.contains(&"memory") {
+        for workers in [1, 2] {
+            memory::run(&server, workers, scale, &mut report);
+        }
     }
 
     println!("\n## results\n");
@@ -170,7 +200,13 @@ fn out_dir() -> PathBuf {
         .join("bench")
 }
 
-async fn run_all(server: &RedisServer, workers: usize, scale: Scale, report: &mut Report) {
+async fn run_all(
+    server: &RedisServer,
+    workers: usize,
+    scale: Scale,
+    only: &[&str],
+    report: &mut Report,
+) {
     let url = server.url();
     let mut stats = Stats::connect(&url).await;
     let rtt = measure_rtt(&url, scale.rtt_samples).await;
@@ -195,7 +231,10 @@ async fn run_all(server: &RedisServer, workers: usize, scale: Scale, report: &mu
     }
 
     // 1. uncontended
-    for sys in [&core, &raw, &rslock] {
+    for sys in [&core, &raw, &rslock]
+        .into_iter()
+        .filter(|_| only.contains(&"uncontended"))
+    {
         let before = stats.snapshot().await;
         let sample = uncontended(sys, scale.cycles, &format!("u{workers}")).await;
         let calls = stats.delta(&before, sys.in_script()).await;
@@ -203,78 +242,106 @@ async fn run_all(server: &RedisServer, workers: usize, scale: Scale, report: &mu
     }
 
     // 2. parallel
-    for sys in [&core, &raw, &rslock] {
+    for sys in [&core, &raw, &rslock]
+        .into_iter()
+        .filter(|_| only.contains(&"parallel"))
+    {
         let before = stats.snapshot().await;
         let sample = parallel(sys, scale.run, &format!("p{workers}")).await;
         let calls = stats.delta(&before, sys.in_script()).await;
         report.push(sample.row("parallel", sys.name(), workers, calls));
     }
 
-    // 3. forced handoff
+    // 3. forced handoff, and 4. the same with the fair lock
     let mut lockers = Vec::new();
     for _ in 0..HANDOFF_TASKS {
-        lockers.push(Sys::Core(
-            Locker::connect(&url).await.expect("connect lock-core"),
-        ));
+        lockers.push(Locker::connect(&url).await.expect("connect lock-core"));
     }
-    let handoffs: [(&str, Vec<Sys>, &str); 4] = [
+    let each = |sys: fn(Locker) -> Sys| lockers.iter().cloned().map(sys).collect::<Vec<_>>();
+    let handoffs: [(&str, &str, Vec<Sys>, &str); 6] = [
         (
+            "handoff",
             "lock-core",
             vec![core.clone(); HANDOFF_TASKS],
             "8 tasks share one Locker",
         ),
         (
+            "handoff",
             "lock-core/8-lockers",
-            lockers,
+            each(Sys::Core),
             "one Locker per task, as 8 replicas would",
         ),
         (
+            "handoff",
             "raw",
             vec![raw.clone(); HANDOFF_TASKS],
             "no wake-up: polls SET NX with no sleep",
         ),
         (
+            "handoff",
             "rslock",
             vec![rslock.clone(); HANDOFF_TASKS],
             "default retry: 3 tries, 0-200 ms random delay",
         ),
+        (
+            "fair-handoff",
+            "lock-core",
+            vec![Sys::Fair(locker.clone()); HANDOFF_TASKS],
+            "fair lock; 8 tasks share one Locker",
+        ),
+        (
+            "fair-handoff",
+            "lock-core/8-lockers",
+            each(Sys::Fair),
+            "fair lock; one Locker per task",
+        ),
     ];
-    for (name, systems, note) in handoffs {
+    for (scenario, name, systems, note) in handoffs {
+        if !only.contains(&scenario) {
+            continue;
+        }
         let in_script = systems[0].in_script();
         let before = stats.snapshot().await;
-        let (sample, cut_short) = handoff(systems, scale, &format!("h{workers}:{name}")).await;
+        let run = handoff(systems, scale, &format!("h{workers}:{scenario}:{name}")).await;
         let calls = stats.delta(&before, in_script).await;
-        let mut row = sample.row("handoff", name, workers, calls);
-        row.note = note.to_owned();
-        if cut_short {
+        let mut row = run.sample.row(scenario, name, workers, calls);
+        row.extra.push(("acquisitions", run.sample.ops as f64));
+        row.extra.push(("fifo_overtakings", run.overtakings as f64));
+        let _ = write!(
+            row.note,
+            "{note}; served out of asking order {} times",
+            run.overtakings
+        );
+        if run.cut_short {
             let _ = write!(
                 row.note,
                 "; stopped at the {:?} cap after {} acquisitions",
-                scale.handoff_cap, sample.ops
+                scale.handoff_cap, run.sample.ops
             );
         }
+        let label = match scenario {
+            "fair-handoff" => format!("{name} fair"),
+            _ => name.to_owned(),
+        };
         report
             .handoff_latencies
-            .push((name.to_owned(), workers, sample.lat.clone()));
+            .push((label, workers, run.sample.lat.clone()));
         report.push(row);
     }
 
-    // 4. fair handoff: no fair lock yet
-    report.push(Row {
-        note: "not implemented: lock-core has no fair (FIFO) lock yet".to_owned(),
-        ..Row::empty("fair-handoff", "lock-core", Some(workers))
-    });
-
     // 5. watchdog at scale
-    report.push(watchdog(&url, &mut stats, workers, scale).await);
+    if only.contains(&"watchdog") {
+        report.push(watchdog(&url, &mut stats, workers, scale).await);
+    }
 
     // 6. axum
-    for (name, app, in_script) in [
+    let apps = [
         ("lock-core", App::Core, CORE_IN_SCRIPT),
         ("raw", App::Raw, RAW_IN_SCRIPT),
         ("rslock", App::Rslock, RSLOCK_IN_SCRIPT),
         ("none", App::None, &[][..]),
-    ] {
+    ];
+    for (name, app, in_script) in apps.into_iter().filter(|_| only.contains(&"axum")) {
         let before = stats.snapshot().await;
         let sample = http_load(app, &locker, &raw_conn, &manager, scale.run).await;
         let calls = stats.delta(&before, in_script).await;
@@ -387,6 +454,8 @@ impl Stats {
 #[derive(Debug, Clone)]
 enum Sys {
     Core(Locker),
+    /// lock-core's fair lock.
+    Fair(Locker),
     Raw(Raw),
     Rslock(rslock::LockManager),
 }
@@ -401,7 +470,7 @@ enum Held {
 impl Sys {
     fn name(&self) -> &'static str {
         match self {
-            Sys::Core(_) => "lock-core",
+            Sys::Core(_) | Sys::Fair(_) => "lock-core",
             Sys::Raw(_) => "raw",
             Sys::Rslock(_) => "rslock",
         }
@@ -410,6 +479,7 @@ impl Sys {
     fn in_script(&self) -> &'static [&'static str] {
         match self {
             Sys::Core(_) => CORE_IN_SCRIPT,
+            Sys::Fair(_) => FAIR_IN_SCRIPT,
             Sys::Raw(_) => RAW_IN_SCRIPT,
             Sys::Rslock(_) => RSLOCK_IN_SCRIPT,
         }
@@ -423,6 +493,15 @@ impl Sys {
                     .lock_with(key, LockOptions::new().wait(Duration::from_secs(300)))
                     .await
                     .expect("lock-core lock"),
+            ),
+            Sys::Fair(locker) => Held::Core(
+                locker
+                    .lock_with(
+                        key,
+                        LockOptions::new().wait(Duration::from_secs(300)).fair(true),
+                    )
+                    .await
+                    .expect("lock-core fair lock"),
             ),
             Sys::Raw(raw) => {
                 let key = format!("raw:{{{key}}}");
@@ -607,6 +686,11 @@ async fn gather(
 struct Relay {
     /// Acquisitions so far, and whether the run is over.
     progress: watch::Sender<(usize, bool)>,
+    /// Numbers the acquire calls in the order they start.
+    tickets: AtomicUsize,
+    /// The highest ticket served so far, and how many acquisitions were served after a
+    /// later ticket (changed under `progress`'s lock).
+    served: std::sync::Mutex<(Option<usize>, usize)>,
     /// When the last release was sent, in ns since `epoch`; 0 when none is pending.
     released_at: AtomicU64,
     epoch: Instant,
@@ -614,12 +698,26 @@ struct Relay {
     all: AtomicUsize,
 }
 
+/// What a handoff run measured.
+struct Handoff {
+    sample: Sample,
+    /// The time cap cut it short.
+    cut_short: bool,
+    /// Acquisitions served after one whose acquire call started later: 0 for a lock that
+    /// serves first come first served. Each call takes a ticket as it starts; calls start
+    /// about a hold apart (a task asks again once someone else took the lock), so only a
+    /// call held up for longer than that between its ticket and Redis could be miscounted.
+    overtakings: usize,
+}
+
 /// 8 tasks on one key, each holding it for [`HANDOFF_HOLD`]. After releasing, a task
 /// waits until another one has acquired, so every acquisition is a handoff; latency is
-/// from the release being sent to the next acquire returning. Returns the sample and whether the time cap cut it short.
-async fn handoff(systems: Vec<Sys>, scale: Scale, key: &str) -> (Sample, bool) {
+/// from the release being sent to the next acquire returning.
+async fn handoff(systems: Vec<Sys>, scale: Scale, key: &str) -> Handoff {
     let (progress, _) = watch::channel((0, false));
     let relay = Arc::new(Relay {
+        tickets: AtomicUsize::new(0),
+        served: std::sync::Mutex::new((None, 0)),
         progress,
         released_at: AtomicU64::new(0),
         epoch: Instant::now(),
@@ -635,6 +733,7 @@ async fn handoff(systems: Vec<Sys>, scale: Scale, key: &str) -> (Sample, bool) {
                 let mut lat = Vec::new();
                 let mut seen = relay.progress.subscribe();
                 loop {
+                    let ticket = relay.tickets.fetch_add(1, Ordering::AcqRel);
                     let held = sys.acquire(&key).await;
                     let now = relay.epoch.elapsed().as_nanos() as u64;
                     relay.all.fetch_add(1, Ordering::Relaxed);
@@ -646,6 +745,14 @@ async fn handoff(systems: Vec<Sys>, scale: Scale, key: &str) -> (Sample, bool) {
                             *count += 1;
                             if sent != 0 {
                                 lat.push((now - sent) as f64 / 1e3);
+                            }
+                            // The first round's calls all start at once: not counted.
+                            if *count > HANDOFF_TASKS {
+                                let mut served = relay.served.lock().unwrap();
+                                if served.0.is_some_and(|highest| ticket < highest) {
+                                    served.1 += 1;
+                                }
+                                served.0 = served.0.max(Some(ticket));
                             }
                             if *count >= scale.handoffs || started.elapsed() > scale.handoff_cap {
                                 *stop = true;
@@ -681,16 +788,17 @@ async fn handoff(systems: Vec<Sys>, scale: Scale, key: &str) -> (Sample, bool) {
         lat.extend(task.await.expect("handoff task"));
     }
     let ops = relay.progress.borrow().0;
-    let cut_short = ops < scale.handoffs;
-    (
-        Sample {
+    let overtakings = relay.served.lock().unwrap().1;
+    Handoff {
+        sample: Sample {
             ops,
             elapsed: elapsed.unwrap_or_default(),
             lat,
             counted: Some(relay.all.load(Ordering::Relaxed)),
         },
-        cut_short,
-    )
+        cut_short: ops < scale.handoffs,
+        overtakings,
+    }
 }
 
 /// 10,000 guards with a 3 s lease held for 15 s: renewals sent, client CPU, guards lost.
@@ -1330,13 +1438,38 @@ impl Report {
                 );
             }
 
-            line(
-                "4",
-                "fair handoff: FIFO held, p50 ≤ 4× RTT",
-                workers,
-                "no fair lock in lock-core yet".to_owned(),
-                None,
-            );
+            for system in ["lock-core", "lock-core/8-lockers"] {
+                let h = self.find("fair-handoff", system, workers);
+                let label = if system == "lock-core" {
+                    ""
+                } else {
+                    " (8 Lockers)"
+                };
+                let overtakings = h.and_then(|h| h.extra("fifo_overtakings"));
+                line(
+                    "4",
+                    &format!("fair handoff: FIFO held{label}"),
+                    workers,
+                    format!(
+                        "served out of asking order {} times in {} acquisitions",
+                        fmt_num(overtakings, 0),
+                        fmt_num(h.and_then(|h| h.extra("acquisitions")), 0)
+                    ),
+                    overtakings.map(|n| n == 0.0),
+                );
+                let p50 = h.and_then(|h| Some(h.p50_us? / rtt?));
+                line(
+                    "4",
+                    &format!("fair handoff p50 ≤ 4× RTT{label}"),
+                    workers,
+                    format!(
+                        "{} µs = {}",
+                        fmt_us(h.and_then(|h| h.p50_us)),
+                        show(p50, "× RTT")
+                    ),
+                    p50.map(|r| r <= 4.0),
+                );
+            }
 
             let w = core("watchdog");
             let lost = w.and_then(|w| w.extra("guards_lost"));
@@ -1488,6 +1621,8 @@ impl Report {
         let color = |system: &str| match system {
             "lock-core" => "#1f77b4",
             "lock-core/8-lockers" => "#17becf",
+            "lock-core fair" => "#9467bd",
+            "lock-core/8-lockers fair" => "#e377c2",
             "raw" => "#2ca02c",
             "rslock" => "#d62728",
             _ => "#7f7f7f",
