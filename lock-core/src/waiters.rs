@@ -169,16 +169,36 @@ impl Waiters {
         slot
     }
 
-    /// Unregisters a waiter of `key`.
-    pub(crate) fn leave(&self, key: &Arc<str>, slot: &Arc<Slot>, on_edge: impl FnOnce(Edge)) {
+    /// Unregisters a waiter of `key`. The last one out removes the lock's slot, unless
+    /// it is to `linger`: then the slot stays (and keeps receiving release messages)
+    /// until [`remove_if_idle`](Self::remove_if_idle).
+    pub(crate) fn leave(
+        &self,
+        key: &Arc<str>,
+        slot: &Arc<Slot>,
+        linger: bool,
+        on_edge: impl FnOnce(Edge),
+    ) {
         let mut slots = self.slots();
         if slot.count.fetch_sub(1, Ordering::Relaxed) == 1 {
-            if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            if !linger && slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
                 slots.remove(key);
             }
             on_edge(Edge::Changed);
         } else {
             on_edge(Edge::Unchanged);
+        }
+    }
+
+    /// Removes `key`'s slot if no waiter is in it; says whether it is gone.
+    pub(crate) fn remove_if_idle(&self, key: &str) -> bool {
+        let mut slots = self.slots();
+        match slots.get(key) {
+            Some(slot) if slot.count.load(Ordering::Relaxed) > 0 => false,
+            _ => {
+                slots.remove(key);
+                true
+            }
         }
     }
 
@@ -212,9 +232,12 @@ impl Waiters {
         }
     }
 
-    /// The locks that have waiters now.
-    pub(crate) fn keys(&self) -> Vec<Arc<str>> {
-        self.slots().keys().cloned().collect()
+    /// The locks that have slots now, and whether each has waiters.
+    pub(crate) fn keys(&self) -> Vec<(Arc<str>, bool)> {
+        self.slots()
+            .iter()
+            .map(|(key, slot)| (key.clone(), slot.count.load(Ordering::Relaxed) > 0))
+            .collect()
     }
 }
 
@@ -230,8 +253,8 @@ mod tests {
         let a = waiters.join(&key, |e| edges.push(e));
         let b = waiters.join(&key, |e| edges.push(e));
         assert!(Arc::ptr_eq(&a, &b));
-        waiters.leave(&key, &a, |e| edges.push(e));
-        waiters.leave(&key, &b, |e| edges.push(e));
+        waiters.leave(&key, &a, false, |e| edges.push(e));
+        waiters.leave(&key, &b, false, |e| edges.push(e));
         assert_eq!(
             edges,
             [
@@ -241,6 +264,22 @@ mod tests {
                 Edge::Changed
             ]
         );
+        assert!(waiters.keys().is_empty());
+    }
+
+    #[test]
+    fn a_lingering_slot_stays_until_removed_while_idle() {
+        let waiters = Waiters::default();
+        let key: Arc<str> = "k".into();
+        let a = waiters.join(&key, |_| {});
+        waiters.leave(&key, &a, true, |e| assert_eq!(e, Edge::Changed));
+        assert_eq!(waiters.keys(), [(key.clone(), false)]);
+        // A waiter coming back finds the same slot: no new subscription.
+        let b = waiters.join(&key, |e| assert_eq!(e, Edge::Unchanged));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!waiters.remove_if_idle("k"), "removed a slot with a waiter");
+        waiters.leave(&key, &b, true, |_| {});
+        assert!(waiters.remove_if_idle("k"));
         assert!(waiters.keys().is_empty());
     }
 

@@ -635,3 +635,30 @@ async fn flush_waits_for_the_releases_of_dropped_guards() {
         assert!(!exists(&server, name), "{name} is still locked after flush");
     }
 }
+
+/// A lock contended again soon after its last waiter left reuses the subscription; one
+/// left alone is unsubscribed a moment later.
+#[tokio::test]
+async fn a_subscription_lingers_for_a_lock_contended_again_soon() {
+    let server = RedisServer::spawn();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    for round in 0..3 {
+        let held = a.lock("busy").await.unwrap();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.lock("busy").await.map(drop) }
+        });
+        eventually(5 * SEC, "the waiter to subscribe", || async {
+            subscribers(&server, "busy") == 1
+        })
+        .await;
+        held.release().await.unwrap();
+        timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
+        assert_eq!(server.calls("subscribe"), 1, "round {round} subscribed again");
+    }
+    eventually(5 * SEC, "the idle lock to be unsubscribed", || async {
+        subscribers(&server, "busy") == 0
+    })
+    .await;
+    assert_eq!(server.calls("unsubscribe"), 1);
+}

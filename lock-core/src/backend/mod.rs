@@ -196,10 +196,13 @@ pub(crate) struct WaitTicket<'a> {
     pub(crate) slot: Arc<Slot>,
     /// A fair waiter's token, and where its hand-over arrives.
     grant: Option<(Box<str>, Arc<GrantCell>)>,
-    /// It joined other local waiters of a lock whose release messages were already being
-    /// delivered. A release since this waiter's failed attempt has then woken one of
-    /// them (or left a wake-up for the next to wait), so it need not try again before
-    /// waiting: in steady contention that saves one command per acquisition.
+    /// It joined a lock whose release messages were already being delivered (to other
+    /// local waiters, or to a subscription lingering after the last one left). Whoever
+    /// subscribed tried again once subscribed, so every release since reached this
+    /// `Locker`: one since this waiter's failed attempt has woken a waiter or left a
+    /// wake-up (or, for a fair waiter, its hand-over) for the next to wait. It need not
+    /// try again before waiting: in steady contention that saves one command per
+    /// acquisition.
     pub(crate) joined_subscribed: bool,
 }
 
@@ -237,7 +240,7 @@ impl Drop for WaitTicket<'_> {
         }
         match self.backend {
             Backend::Redis(r) => r.leave(&self.key, &self.slot),
-            Backend::Memory(m) => m.waiters.leave(&self.key, &self.slot, |_| {}),
+            Backend::Memory(m) => m.waiters.leave(&self.key, &self.slot, false, |_| {}),
         }
     }
 }

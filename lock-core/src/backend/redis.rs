@@ -5,7 +5,7 @@
 //! dropped and the next call opens another. Waiters are woken through one dedicated
 //! pub/sub connection per `Locker` (see [`Hub`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,6 +42,10 @@ const LINE_SUFFIX: &str = ":queue";
 const PLACES_SUFFIX: &str = ":waiters";
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
+/// How long a lock's release channel stays subscribed after its last local waiter left:
+/// a lock contended again soon after needs no new subscription, nor the extra attempt
+/// that follows one.
+const LINGER: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct Scripts {
@@ -489,9 +493,9 @@ impl RedisBackend {
     }
 
     pub(crate) fn leave(&self, key: &Arc<str>, slot: &Arc<Slot>) {
-        self.waiters.leave(key, slot, |edge| {
+        self.waiters.leave(key, slot, self.hub.is_some(), |edge| {
             if let (Some(hub), Edge::Changed) = (&self.hub, edge) {
-                hub.send(HubCmd::Unsubscribe(key.clone()));
+                hub.send(HubCmd::Idle(key.clone()));
             }
         });
     }
@@ -616,11 +620,13 @@ pub(crate) fn redact(url: &str) -> String {
 #[derive(Debug)]
 enum HubCmd {
     Subscribe(Arc<str>),
-    Unsubscribe(Arc<str>),
+    /// The last local waiter left: unsubscribe after [`LINGER`] unless one comes back.
+    Idle(Arc<str>),
 }
 
 /// The pub/sub side of a `Locker`: one task owning one dedicated pub/sub connection,
-/// subscribed to the release channel of every lock that has local waiters. It runs only
+/// subscribed to the release channel of every lock that has local waiters (or had, until
+/// a moment ago: see [`LINGER`]). It runs only
 /// while there is something to wait for, reconnects with backoff, and when the
 /// connection drops it wakes every waiter, since messages may have been missed.
 #[derive(Debug)]
@@ -648,9 +654,12 @@ impl Hub {
             return;
         }
         let (new_tx, rx) = mpsc::unbounded_channel();
-        // Locks that already have waiters (from a hub that died with its runtime).
-        for key in self.waiters.keys() {
-            let _ = new_tx.send(HubCmd::Subscribe(key));
+        // Locks that already have slots (from a hub that died with its runtime).
+        for (key, busy) in self.waiters.keys() {
+            let _ = new_tx.send(HubCmd::Subscribe(key.clone()));
+            if !busy {
+                let _ = new_tx.send(HubCmd::Idle(key));
+            }
         }
         tokio::spawn(run_hub(
             self.client.clone(),
@@ -677,6 +686,7 @@ enum HubEvent {
     Cmd(Option<HubCmd>),
     Message(Option<redis::Msg>),
     Retry,
+    Lingered,
 }
 
 async fn run_hub(
@@ -687,6 +697,10 @@ async fn run_hub(
 ) {
     const MIN_BACKOFF: Duration = Duration::from_millis(50);
     let mut desired: HashSet<Arc<str>> = HashSet::new();
+    // Idle locks in the order they fell idle, and when each last did: an entry whose
+    // time is not the latest is stale.
+    let mut idle: VecDeque<(tokio::time::Instant, Arc<str>)> = VecDeque::new();
+    let mut idle_since: HashMap<Arc<str>, tokio::time::Instant> = HashMap::new();
     let mut sink: Option<PubSubSink> = None;
     let mut stream: Option<PubSubStream> = None;
     let mut backoff = MIN_BACKOFF;
@@ -711,6 +725,7 @@ async fn run_hub(
             cmd = rx.recv() => HubEvent::Cmd(cmd),
             msg = async { stream.as_mut()?.next().await }, if stream.is_some() => HubEvent::Message(msg),
             () = tokio::time::sleep(backoff), if sink.is_none() && !desired.is_empty() => HubEvent::Retry,
+            () = lingered(idle.front().map(|(at, _)| *at)), if !idle.is_empty() => HubEvent::Lingered,
         };
         match event {
             HubEvent::Cmd(None) => return,
@@ -727,14 +742,36 @@ async fn run_hub(
                 }
                 desired.insert(key);
             }
-            HubEvent::Cmd(Some(HubCmd::Unsubscribe(key))) => {
-                desired.remove(&key);
-                if let Some(s) = &mut sink
-                    && let Err(e) = s.unsubscribe(channel(&key)).await
+            HubEvent::Cmd(Some(HubCmd::Idle(key))) => {
+                let now = tokio::time::Instant::now();
+                idle_since.insert(key.clone(), now);
+                idle.push_back((now, key));
+            }
+            HubEvent::Lingered => {
+                let now = tokio::time::Instant::now();
+                while idle
+                    .front()
+                    .is_some_and(|(since, _)| *since + LINGER <= now)
                 {
-                    tracing::warn!(error = %e, "pub/sub unsubscribe failed; reconnecting");
-                    (sink, stream) = (None, None);
-                    waiters.wake_all_unready();
+                    let Some((since, key)) = idle.pop_front() else {
+                        break;
+                    };
+                    if idle_since.get(&key) != Some(&since) {
+                        continue;
+                    }
+                    idle_since.remove(&key);
+                    // A waiter that came back keeps the subscription.
+                    if !waiters.remove_if_idle(&key) {
+                        continue;
+                    }
+                    desired.remove(&key);
+                    if let Some(s) = &mut sink
+                        && let Err(e) = s.unsubscribe(channel(&key)).await
+                    {
+                        tracing::warn!(error = %e, "pub/sub unsubscribe failed; reconnecting");
+                        (sink, stream) = (None, None);
+                        waiters.wake_all_unready();
+                    }
                 }
             }
             HubEvent::Message(Some(msg)) => {
@@ -768,6 +805,13 @@ fn hand_over(payload: &[u8]) -> Option<(&str, Grant)> {
         at_us: at_us.parse().ok()?,
     };
     Some((token, grant))
+}
+
+/// Resolves when the lock that fell idle at `since` has lingered long enough.
+async fn lingered(since: Option<tokio::time::Instant>) {
+    if let Some(since) = since {
+        tokio::time::sleep_until(since + LINGER).await;
+    }
 }
 
 async fn connect_pubsub(
