@@ -20,7 +20,7 @@ use crate::{LockError, LockOptions, key};
 
 /// The namespace every Redis key gets unless told otherwise.
 pub const DEFAULT_NAMESPACE: &str = "lock:";
-/// How long a fence counter outlives its lock's last acquisition, unless told otherwise.
+/// How long a fence counter is kept, unless told otherwise.
 pub const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long connecting to Redis may take, unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -471,9 +471,10 @@ impl LockerBuilder {
         self
     }
 
-    /// How long a lock's fence counter is kept after its last acquisition (default
-    /// 7 days). Tokens stay increasing even after it expires: a new counter starts from
-    /// the server clock in microseconds.
+    /// How long a lock's fence counter is kept (default 7 days). Its expiry is renewed
+    /// every 64 acquisitions, so an idle lock leaves nothing behind for long. Tokens stay
+    /// increasing when a counter expires, however busy its lock: a new counter starts
+    /// from the server clock in microseconds.
     pub fn fence_ttl(mut self, d: Duration) -> Self {
         self.fence_ttl = Some(d);
         self

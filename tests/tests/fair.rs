@@ -220,12 +220,16 @@ async fn a_waiter_that_missed_its_message_finds_the_lock_handed_to_it() {
 
     let holder = locker.lock_with("deaf", fair()).await.unwrap();
     let holder_token = holder.fencing_token();
+    // The counter vanishes (it expired) before the waiter learns its token: it gets a
+    // new one from the clock, still above its predecessor's.
+    let counter = "lock:{deaf}:fence";
     let waiter = tokio::spawn({
         let deaf = deaf.clone();
         async move { deaf.lock_with("deaf", fair().lease(SEC)).await.unwrap() }
     });
     until_in_line(&server, "deaf", 1).await;
     holder.release().await.unwrap();
+    server.cmd(&["DEL", counter]).unwrap();
     // Handed over at once; the waiter learns it at its next poll, with a 1 s lease
     // already running, which its watchdog then keeps renewed.
     assert!(!try_fair(&locker, "deaf").await);

@@ -654,11 +654,46 @@ async fn a_subscription_lingers_for_a_lock_contended_again_soon() {
         .await;
         held.release().await.unwrap();
         timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
-        assert_eq!(server.calls("subscribe"), 1, "round {round} subscribed again");
+        assert_eq!(
+            server.calls("subscribe"),
+            1,
+            "round {round} subscribed again"
+        );
     }
     eventually(5 * SEC, "the idle lock to be unsubscribed", || async {
         subscribers(&server, "busy") == 0
     })
     .await;
     assert_eq!(server.calls("unsubscribe"), 1);
+}
+
+/// The fence counter's expiry is renewed every 64 tokens, not on each acquisition (a
+/// renewal costs Redis as much as the rest of an acquisition).
+#[tokio::test]
+async fn the_fence_counter_expiry_is_renewed_every_64_tokens() {
+    let server = RedisServer::spawn();
+    let locker = Locker::builder()
+        .url(&server.url())
+        .fence_ttl(600 * SEC)
+        .build()
+        .await
+        .unwrap();
+    let counter = format!("{}:fence", redis_key("renewed"));
+    let pttl = || server.cmd(&["PTTL", &counter]).unwrap().as_int().unwrap();
+    let mut token = locker.lock("renewed").await.unwrap();
+    assert!(pttl() > 500_000, "a new counter gets the whole expiry");
+    server.cmd(&["PEXPIRE", &counter, "100000"]).unwrap();
+    while (token.fencing_token() + 1) % 64 != 0 {
+        token.release().await.unwrap();
+        token = locker.lock("renewed").await.unwrap();
+        assert!(pttl() <= 100_000, "renewed before the 64th token");
+    }
+    token.release().await.unwrap();
+    let renewing = locker.lock("renewed").await.unwrap();
+    assert_eq!(renewing.fencing_token() % 64, 0);
+    assert!(
+        pttl() > 500_000,
+        "not renewed at token {}",
+        renewing.fencing_token()
+    );
 }

@@ -42,14 +42,18 @@ impl Entry {
 
     /// Makes `token` the holder and draws its fencing token.
     fn take(&mut self, token: &str, lease: Duration, now: Instant, fence_ttl: Duration) -> u64 {
-        if self.fence_expires_at <= now {
-            // A counter that expired while idle starts again from the wall clock in
-            // microseconds, as the Redis script does, so tokens never go backwards.
+        let fresh = self.fence_expires_at <= now;
+        if fresh {
+            // A counter that expired starts again from the wall clock in microseconds,
+            // as the Redis script does, so tokens never go backwards.
             self.fence = self.fence.max(wall_clock_micros());
         }
         self.fence += 1;
-        // The counter must outlive every lease drawn from it.
-        self.fence_expires_at = now + fence_ttl.max(lease);
+        // As on Redis: renewed every 64 tokens (and at least for the lease drawn).
+        if fresh || self.fence.is_multiple_of(64) {
+            self.fence_expires_at = now + fence_ttl;
+        }
+        self.fence_expires_at = self.fence_expires_at.max(now + lease);
         self.holder = Some(Holder {
             token: token.to_owned(),
             expires_at: now + lease,

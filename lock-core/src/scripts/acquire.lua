@@ -3,7 +3,7 @@
 -- KEYS[2] fence counter   P{N}:fence  integer, strictly increasing per lock
 -- ARGV[1] owner token (uuid v4, one per acquisition)
 -- ARGV[2] lease in milliseconds
--- ARGV[3] expiry of the fence counter in milliseconds (refreshed on every acquisition)
+-- ARGV[3] expiry of the fence counter in milliseconds (renewed every 64 tokens)
 -- Returns {1, fence} when acquired, {0, pttl of the holder} when held.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, draw_fence(KEYS[2], ARGV[3])}
@@ -12,6 +12,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   -- This same acquisition, retried because the connection died before its reply came:
   -- the first attempt went through, and its token is the counter's current value.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, current_fence(KEYS[2], ARGV[3])}
 end
 return {0, redis.call('PTTL', KEYS[1])}

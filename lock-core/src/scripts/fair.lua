@@ -63,7 +63,7 @@ if op == 'acquire' then
   if owner == token then
     -- Handed over to the caller, whose message went astray; or this same attempt,
     -- retried because the connection died before its reply came.
-    return {1, tonumber(redis.call('GET', counter)), redis.call('PTTL', lock)}
+    return {1, current_fence(counter, ARGV[4]), redis.call('PTTL', lock)}
   end
   if not owner then
     local head, lease = first_in_line()
