@@ -233,130 +233,164 @@ impl Locker {
         context: Context,
         opts: Resolved,
     ) -> Result<Arc<Lease>, LockError> {
-        let backend = &self.inner.backend;
-        let token = uuid::Uuid::new_v4().to_string();
         let start = Instant::now();
-        let deadline = start + opts.wait;
-        // A fair waiter keeps its place in line while it waits, never past its deadline.
-        let mode = |now: Instant| {
-            if opts.fair {
-                Mode::Fair {
-                    place: deadline.saturating_duration_since(now).min(PLACE_IN_LINE),
-                }
-            } else {
-                Mode::Plain
-            }
+        let acq = Acquisition {
+            locker: self,
+            name,
+            token: uuid::Uuid::new_v4().to_string(),
+            context,
+            opts,
+            start,
+            deadline: start + opts.wait,
         };
-        let granted = |fence: u64, started: Instant, left: Option<Duration>| {
-            tracing::debug!(key = %name, fence, "lock acquired");
-            Arc::new(Lease::new(
-                name.clone(),
-                token.clone(),
-                fence,
-                context,
-                &opts,
-                started,
-                left.unwrap_or(opts.lease),
-                self.inner.epoch,
-            ))
-        };
-        // The uncontended path: one round trip, nothing registered. Each attempt's Redis
-        // call is boxed: its future is large, and a task waiting between attempts should
-        // not carry room for it.
-        let first = Box::pin(backend.try_acquire(&name, &token, opts.lease, mode(start)));
-        let (holder_ttl, clock_us) = match first.await? {
-            Attempt::Acquired { fence, left } => return Ok(granted(fence, start, left)),
+        // The uncontended path: one round trip, nothing registered.
+        let (holder_ttl, clock_us) = match acq.attempt(start).await? {
+            Attempt::Acquired { fence, left } => return Ok(acq.granted(fence, start, left)),
             Attempt::Held { ttl, clock_us } => (ttl, clock_us),
         };
         if opts.wait.is_zero() {
-            return Err(timeout(&name, start, holder_ttl));
+            return Err(timeout(&acq.name, start, holder_ttl));
         }
         // A fair waiter is in line from here on; if it ends up without the lock (it
         // timed out, failed, or was dropped) it leaves the line, and passes the lock on
         // should it have been handed over meanwhile.
         let mut in_line = InLine {
-            backend,
-            name: &name,
-            token: &token,
+            acq: &acq,
             armed: opts.fair,
         };
-        let span = tracing::debug_span!("lock.wait", key = %name, wait = ?opts.wait);
-        let acquired = async {
-            let ticket = backend.wait_for(&name, opts.fair.then_some(token.as_str()));
-            // Subscribed before the next attempt, so no release can slip between the
-            // attempt and the wait.
-            ticket
-                .until_ready(deadline.saturating_duration_since(Instant::now()))
-                .await;
-            let mut try_now = !ticket.joined_subscribed;
-            let mut holder_ttl = holder_ttl;
-            // When the latest attempt was sent, and the backend's clock it read: a
-            // hand-over is reckoned against it.
-            let mut clock = clock_us.map(|us| (start, us));
-            let mut failed = 0u32;
-            loop {
-                let woken = ticket.slot.wake().notified();
-                tokio::pin!(woken);
-                woken.as_mut().enable();
-                if let (Some(grant), Some((sent_at, clock_us))) = (ticket.take_grant(), clock) {
-                    // Handed over at `at_us` on the backend's clock: that long after the
-                    // latest attempt was sent, at the earliest. A hand-over older than
-                    // that attempt is stale (the attempt would have found the lock ours):
-                    // its lease already ran out.
-                    if let Some(after) = grant.at_us.checked_sub(clock_us) {
-                        let started = sent_at + Duration::from_micros(after);
-                        return Ok(granted(grant.fence, started, None));
-                    }
-                }
-                if try_now {
-                    let sent_at = Instant::now();
-                    let attempt =
-                        Box::pin(backend.try_acquire(&name, &token, opts.lease, mode(sent_at)));
-                    match attempt.await? {
-                        Attempt::Acquired { fence, left } => {
-                            return Ok(granted(fence, sent_at, left));
-                        }
-                        Attempt::Held { ttl, clock_us } => {
-                            holder_ttl = ttl;
-                            clock = clock_us.map(|us| (sent_at, us));
-                        }
-                    }
-                    failed += 1;
-                }
-                try_now = true;
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(timeout(&name, start, holder_ttl));
-                }
-                let nap = backend
-                    .poll_interval(holder_ttl, &ticket, failed)
-                    .min(deadline - now);
-                tokio::select! {
-                    () = woken => tracing::trace!("woken by a release"),
-                    () = ticket.handed_over() => tracing::trace!("handed over"),
-                    () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
-                }
-            }
-        }
-        .instrument(span)
-        .await;
+        let span = tracing::debug_span!("lock.wait", key = %acq.name, wait = ?opts.wait);
+        let acquired = acq
+            .wait(holder_ttl, clock_us.map(|us| (start, us)))
+            .instrument(span)
+            .await;
         in_line.armed = acquired.is_err();
         acquired
     }
 }
 
+/// One call's acquisition: what its attempts and its lease are made of.
+struct Acquisition<'a> {
+    locker: &'a Locker,
+    name: Arc<str>,
+    token: String,
+    context: Context,
+    opts: Resolved,
+    start: Instant,
+    deadline: Instant,
+}
+
+impl Acquisition<'_> {
+    fn backend(&self) -> &Backend {
+        &self.locker.inner.backend
+    }
+
+    /// One attempt sent at `now`. A fair waiter keeps its place in line while it waits,
+    /// never past its deadline. The Redis call is boxed: its future is large, and a task
+    /// waiting between attempts should not carry room for it.
+    async fn attempt(&self, now: Instant) -> Result<Attempt, LockError> {
+        let mode = if self.opts.fair {
+            Mode::Fair {
+                place: self
+                    .deadline
+                    .saturating_duration_since(now)
+                    .min(PLACE_IN_LINE),
+            }
+        } else {
+            Mode::Plain
+        };
+        let backend = self.backend();
+        Box::pin(backend.try_acquire(&self.name, &self.token, self.opts.lease, mode)).await
+    }
+
+    /// The lease of the lock taken, running for `left` (a whole lease unless said) from
+    /// `started`.
+    fn granted(&self, fence: u64, started: Instant, left: Option<Duration>) -> Arc<Lease> {
+        tracing::debug!(key = %self.name, fence, "lock acquired");
+        Arc::new(Lease::new(
+            self.name.clone(),
+            self.token.clone(),
+            fence,
+            self.context,
+            &self.opts,
+            started,
+            left.unwrap_or(self.opts.lease),
+            self.locker.inner.epoch,
+        ))
+    }
+
+    /// Waits for the lock after a failed attempt, which saw the holder's lease
+    /// (`holder_ttl`) and, for a fair lock, the backend's clock (`clock`: when the
+    /// attempt was sent, and the clock it read; a hand-over is reckoned against it).
+    async fn wait(
+        &self,
+        mut holder_ttl: Option<Duration>,
+        mut clock: Option<(Instant, u64)>,
+    ) -> Result<Arc<Lease>, LockError> {
+        let backend = self.backend();
+        let ticket = backend.wait_for(&self.name, self.opts.fair.then_some(self.token.as_str()));
+        // Subscribed before the next attempt, so no release can slip between the attempt
+        // and the wait.
+        ticket
+            .until_ready(self.deadline.saturating_duration_since(Instant::now()))
+            .await;
+        let mut try_now = !ticket.joined_subscribed;
+        let mut failed = 0u32;
+        loop {
+            let woken = ticket.slot.wake().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let (Some(grant), Some((sent_at, clock_us))) = (ticket.take_grant(), clock) {
+                // Handed over at `at_us` on the backend's clock: that long after the latest
+                // attempt was sent, at the earliest. A hand-over older than that attempt is
+                // stale (the attempt would have found the lock ours): its lease already ran
+                // out.
+                if let Some(after) = grant.at_us.checked_sub(clock_us) {
+                    let started = sent_at + Duration::from_micros(after);
+                    return Ok(self.granted(grant.fence, started, None));
+                }
+            }
+            if try_now {
+                let sent_at = Instant::now();
+                match self.attempt(sent_at).await? {
+                    Attempt::Acquired { fence, left } => {
+                        return Ok(self.granted(fence, sent_at, left));
+                    }
+                    Attempt::Held { ttl, clock_us } => {
+                        holder_ttl = ttl;
+                        clock = clock_us.map(|us| (sent_at, us));
+                    }
+                }
+                failed += 1;
+            }
+            try_now = true;
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(timeout(&self.name, self.start, holder_ttl));
+            }
+            let nap = backend
+                .poll_interval(holder_ttl, &ticket, failed)
+                .min(self.deadline - now);
+            tokio::select! {
+                () = woken => tracing::trace!("woken by a release"),
+                () = ticket.handed_over() => tracing::trace!("handed over"),
+                () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
+            }
+        }
+    }
+}
+
 /// A fair waiter's place in line, left on drop unless disarmed.
 struct InLine<'a> {
-    backend: &'a Backend,
-    name: &'a str,
-    token: &'a str,
+    acq: &'a Acquisition<'a>,
     armed: bool,
 }
 
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.backend.leave_detached(self.name, self.token);
+            self.acq
+                .backend()
+                .leave_detached(&self.acq.name, &self.acq.token);
         }
     }
 }
