@@ -1540,10 +1540,10 @@ impl Report {
 
     /// The handoff latency distributions (CDF, log time axis) as a small SVG.
     fn svg(&self) -> String {
-        const W: f64 = 760.0;
+        const W: f64 = 820.0;
         const H: f64 = 440.0;
         const LEFT: f64 = 60.0;
-        const RIGHT: f64 = 190.0;
+        const RIGHT: f64 = 250.0;
         const TOP: f64 = 40.0;
         const BOTTOM: f64 = 50.0;
         let all: Vec<f64> = self

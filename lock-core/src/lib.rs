@@ -42,8 +42,8 @@
 //!   holder's lease is the safety net for a missed message.
 //! - A **fair** lock ([`LockOptions::fair`]) serves its waiters first come first served,
 //!   across every process: they queue in Redis (`lock:{N}:queue`), and a release hands
-//!   the lock straight to the next in line and names it in its message, so exactly one
-//!   waiter wakes and it need not ask again.
+//!   the lock straight to the next in line and tells that waiter's `Locker` alone, so
+//!   exactly one waiter wakes and it need not ask again.
 //! - Holds are **re-entrant per task**: a task that holds a lock and asks again gets it
 //!   at once; another task waits, even on the same thread.
 //! - Dropping a guard, an acquiring future or a `with_lock` future never leaves a lock

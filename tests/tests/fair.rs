@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use lock_core::redis::AsyncCommands;
 use lock_core::{LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, eventually};
@@ -123,11 +124,20 @@ async fn a_release_hands_the_lock_over_and_wakes_the_next_waiter_alone() {
     }
     // Each waiter tried once, subscribed, and (the first on its Locker) tried again.
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // A bystander on the lock's own channel: hand-overs go to the waiter's Locker alone.
+    let client = lock_core::redis::Client::open(server.url()).unwrap();
+    let mut bystander = client.get_async_pubsub().await.unwrap();
+    bystander.subscribe("lock:{relay}:released").await.unwrap();
     let before = server.calls("evalsha");
     holder.release().await.unwrap();
     for t in tasks {
         timeout(10 * SEC, t).await.unwrap().unwrap();
     }
+    let heard = timeout(5 * SEC, bystander.on_message().next())
+        .await
+        .expect("the last release frees the lock and says so")
+        .unwrap();
+    assert_eq!(heard.get_payload_bytes(), b"", "a hand-over was broadcast");
     // Seven releases, each handing the lock on (the last one freeing it). A waiter that
     // was woken to ask again, or had to poll, would cost one more command each; allow a
     // safety poll or two.
@@ -150,7 +160,7 @@ async fn waiters_that_give_up_or_die_do_not_hold_up_the_line() {
     let time = time.as_array().unwrap();
     let now_us: u64 = time[0].as_str().unwrap().parse::<u64>().unwrap() * 1_000_000
         + time[1].as_str().unwrap().parse::<u64>().unwrap();
-    let place = format!("{}:30000", now_us + 200_000);
+    let place = format!("{}:30000:00000000deadbeef", now_us + 200_000);
     server
         .cmd(&["RPUSH", "lock:{line}:queue", "ghost"])
         .unwrap();

@@ -34,7 +34,8 @@ const EXTEND: &str = include_str!("../scripts/extend.lua");
 
 /// Suffix of a lock's fence counter key.
 const FENCE_SUFFIX: &str = ":fence";
-/// Suffix of a lock's release channel.
+/// Suffix of a lock's release channel. A fair lock is handed over to a waiter on the
+/// channel of its `Locker`: this suffix, `:`, and the `Locker`'s id.
 const CHANNEL_SUFFIX: &str = ":released";
 /// Suffix of a fair lock's line of waiting tokens.
 const LINE_SUFFIX: &str = ":queue";
@@ -57,30 +58,49 @@ struct Scripts {
 
 impl Scripts {
     /// The fair script's `op` on lock `key`, with the arguments of its header.
-    fn fair(
-        &self,
-        key: &str,
-        op: &str,
-        token: &str,
-        lease_ms: u64,
-        fence_ttl_ms: u64,
-        place: Duration,
-    ) -> redis::ScriptInvocation<'_> {
+    fn fair(&self, key: &str, op: FairOp<'_>, fence_ttl_ms: u64) -> redis::ScriptInvocation<'_> {
+        let (name, token, lease_ms, place, locker) = match op {
+            FairOp::Acquire {
+                token,
+                lease,
+                place,
+                locker,
+            } => ("acquire", token, millis(lease), place, locker),
+            FairOp::Release { token } => ("release", token, 0, Duration::ZERO, ""),
+            FairOp::Leave { token } => ("leave", token, 0, Duration::ZERO, ""),
+        };
         let mut call = self.fair.prepare_invoke();
         call.key(key)
             .key(format!("{key}{FENCE_SUFFIX}"))
             .key(format!("{key}{LINE_SUFFIX}"))
             .key(format!("{key}{PLACES_SUFFIX}"))
             .key(format!("{key}{CHANNEL_SUFFIX}"))
-            .arg(op)
+            .arg(name)
             .arg(token)
             .arg(lease_ms)
             .arg(fence_ttl_ms)
             // zero means "do not queue": not rounded up as leases are
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
-            .arg(millis(PLACE_IN_LINE * 2));
+            .arg(millis(PLACE_IN_LINE * 2))
+            .arg(locker);
         call
     }
+}
+
+/// What the fair script is asked to do.
+#[derive(Debug, Clone, Copy)]
+enum FairOp<'a> {
+    /// Take the lock, or wait in line for `place`, as a waiter of `locker` (its id).
+    Acquire {
+        token: &'a str,
+        lease: Duration,
+        place: Duration,
+        locker: &'a str,
+    },
+    /// Hand the lock to the next in line, or free it.
+    Release { token: &'a str },
+    /// Leave the line, and pass the lock on if it was handed over meanwhile.
+    Leave { token: &'a str },
 }
 
 /// How a lock is given back.
@@ -118,6 +138,8 @@ pub(crate) struct RedisBackend {
     fence_ttl_ms: u64,
     pub(crate) waiters: Arc<Waiters>,
     hub: Option<Hub>,
+    /// Names the channel on which fair locks are handed over to this `Locker`'s waiters.
+    channels: Channels,
 }
 
 impl RedisBackend {
@@ -139,6 +161,7 @@ impl RedisBackend {
             fair: Script::new(FAIR),
         });
         let waiters = Arc::new(Waiters::default());
+        let channels = Channels::new();
         let backend = Self {
             pool,
             conn: ArcSwapOption::empty(),
@@ -146,7 +169,9 @@ impl RedisBackend {
             detached: Arc::default(),
             connect_timeout,
             scripts,
-            hub: client.map(|client| Hub::new(client, waiters.clone(), connect_timeout)),
+            hub: client
+                .map(|client| Hub::new(client, waiters.clone(), connect_timeout, channels.clone())),
+            channels,
             waiters,
             fence_ttl_ms: millis(fence_ttl),
             namespace,
@@ -306,7 +331,16 @@ impl RedisBackend {
                     Mode::Fair { place } => {
                         let (acquired, value, clock): (i64, i64, i64) = self
                             .scripts
-                            .fair(&key, "acquire", token, millis(lease), fence_ttl_ms, place)
+                            .fair(
+                                &key,
+                                FairOp::Acquire {
+                                    token,
+                                    lease,
+                                    place,
+                                    locker: &self.channels.id,
+                                },
+                                fence_ttl_ms,
+                            )
                             .invoke_async(&mut pending.conn)
                             .await?;
                         (acquired, value, Some(clock))
@@ -528,12 +562,12 @@ async fn give_back(
         }
         GiveBack::FairRelease | GiveBack::Leave => {
             let op = if how == GiveBack::Leave {
-                "leave"
+                FairOp::Leave { token }
             } else {
-                "release"
+                FairOp::Release { token }
             };
             scripts
-                .fair(key, op, token, 0, fence_ttl_ms, Duration::ZERO)
+                .fair(key, op, fence_ttl_ms)
                 .invoke_async(conn)
                 .await?
         }
@@ -634,15 +668,22 @@ struct Hub {
     client: redis::Client,
     waiters: Arc<Waiters>,
     connect_timeout: Duration,
+    channels: Channels,
     tx: Mutex<Option<mpsc::UnboundedSender<HubCmd>>>,
 }
 
 impl Hub {
-    fn new(client: redis::Client, waiters: Arc<Waiters>, connect_timeout: Duration) -> Self {
+    fn new(
+        client: redis::Client,
+        waiters: Arc<Waiters>,
+        connect_timeout: Duration,
+        channels: Channels,
+    ) -> Self {
         Self {
             client,
             waiters,
             connect_timeout,
+            channels,
             tx: Mutex::new(None),
         }
     }
@@ -665,6 +706,7 @@ impl Hub {
             self.client.clone(),
             self.waiters.clone(),
             self.connect_timeout,
+            self.channels.clone(),
             rx,
         ));
         *tx = Some(new_tx);
@@ -678,8 +720,39 @@ impl Hub {
     }
 }
 
-fn channel(key: &str) -> String {
-    format!("{key}{CHANNEL_SUFFIX}")
+/// The release channels a `Locker` listens to for a lock: the lock's own, and the one on
+/// which the lock is handed over to this `Locker`'s fair waiters (so a hand-over wakes
+/// one process, not every one that waits for the lock).
+#[derive(Debug, Clone)]
+struct Channels {
+    id: Arc<str>,
+    /// `:released:<id>`.
+    own_suffix: Arc<str>,
+}
+
+impl Channels {
+    fn new() -> Self {
+        let id = format!("{:016x}", fastrand::u64(..));
+        Self {
+            own_suffix: format!("{CHANNEL_SUFFIX}:{id}").into(),
+            id: id.into(),
+        }
+    }
+
+    /// Both channels of lock `key`.
+    fn of(&self, key: &str) -> [String; 2] {
+        [
+            format!("{key}{CHANNEL_SUFFIX}"),
+            format!("{key}{}", self.own_suffix),
+        ]
+    }
+
+    /// The lock whose channel this is.
+    fn key_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel
+            .strip_suffix(&*self.own_suffix)
+            .or_else(|| channel.strip_suffix(CHANNEL_SUFFIX))
+    }
 }
 
 enum HubEvent {
@@ -693,6 +766,7 @@ async fn run_hub(
     client: redis::Client,
     waiters: Arc<Waiters>,
     connect_timeout: Duration,
+    channels: Channels,
     mut rx: mpsc::UnboundedReceiver<HubCmd>,
 ) {
     const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -706,7 +780,7 @@ async fn run_hub(
     let mut backoff = MIN_BACKOFF;
     loop {
         if sink.is_none() && !desired.is_empty() {
-            match connect_pubsub(&client, connect_timeout, &desired).await {
+            match connect_pubsub(&client, connect_timeout, &channels, &desired).await {
                 Ok((new_sink, new_stream)) => {
                     tracing::debug!(channels = desired.len(), "pub/sub connected");
                     for key in &desired {
@@ -731,7 +805,7 @@ async fn run_hub(
             HubEvent::Cmd(None) => return,
             HubEvent::Cmd(Some(HubCmd::Subscribe(key))) => {
                 if let Some(s) = &mut sink {
-                    match s.subscribe(channel(&key)).await {
+                    match s.subscribe(&channels.of(&key)).await {
                         Ok(()) => waiters.set_ready(&key, true),
                         Err(e) => {
                             tracing::warn!(error = %e, "pub/sub subscribe failed; reconnecting");
@@ -766,7 +840,7 @@ async fn run_hub(
                     }
                     desired.remove(&key);
                     if let Some(s) = &mut sink
-                        && let Err(e) = s.unsubscribe(channel(&key)).await
+                        && let Err(e) = s.unsubscribe(&channels.of(&key)).await
                     {
                         tracing::warn!(error = %e, "pub/sub unsubscribe failed; reconnecting");
                         (sink, stream) = (None, None);
@@ -775,7 +849,7 @@ async fn run_hub(
                 }
             }
             HubEvent::Message(Some(msg)) => {
-                if let Some(key) = msg.get_channel_name().strip_suffix(CHANNEL_SUFFIX) {
+                if let Some(key) = channels.key_of(msg.get_channel_name()) {
                     match hand_over(msg.get_payload_bytes()) {
                         Some((token, grant)) => waiters.deliver(key, token, grant),
                         None => waiters.wake_one(key),
@@ -817,11 +891,12 @@ async fn lingered(since: Option<tokio::time::Instant>) {
 async fn connect_pubsub(
     client: &redis::Client,
     connect_timeout: Duration,
-    channels: &HashSet<Arc<str>>,
+    channels: &Channels,
+    keys: &HashSet<Arc<str>>,
 ) -> Result<(PubSubSink, PubSubStream), RedisError> {
     let connect = async {
         let (mut sink, stream) = client.get_async_pubsub().await?.split();
-        let names: Vec<String> = channels.iter().map(|k| channel(k)).collect();
+        let names: Vec<String> = keys.iter().flat_map(|k| channels.of(k)).collect();
         sink.subscribe(&names).await?;
         Ok((sink, stream))
     };
@@ -852,6 +927,17 @@ mod tests {
         for freed in [&b""[..], b"6f1c", b"6f1c 1 x", b"6f1c 1 2 3", b"\xff 1 2"] {
             assert_eq!(hand_over(freed), None, "{freed:?}");
         }
+    }
+
+    #[test]
+    fn a_lock_is_found_from_either_of_its_channels() {
+        let channels = Channels::new();
+        let [shared, own] = channels.of("lock:{a:released}");
+        assert_eq!(shared, "lock:{a:released}:released");
+        assert_eq!(channels.key_of(&shared), Some("lock:{a:released}"));
+        assert_eq!(channels.key_of(&own), Some("lock:{a:released}"));
+        let other = Channels::new().of("lock:{a}")[1].clone();
+        assert_eq!(channels.key_of(&other), None, "another Locker's channel");
     }
 
     #[test]

@@ -1,31 +1,33 @@
 -- The fair lock: first come, first served. Its lock key is the plain lock's (a string
 -- holding the owner's token, set with a lease), so fair and plain holds of one name
 -- exclude each other. Waiters queue in Redis; a release hands the lock straight to the
--- first waiter in line whose place has not run out, and names it in the release message,
--- so it need not ask again.
+-- first waiter in line whose place has not run out, and tells its Locker alone, on the
+-- Locker's own channel, so it need not ask again.
 -- KEYS[1] lock key        P{N}
 -- KEYS[2] fence counter   P{N}:fence
 -- KEYS[3] line            P{N}:queue     list of waiting tokens, first come first
--- KEYS[4] places          P{N}:waiters   hash: token -> "<place runs out, server us>:<lease ms>"
--- KEYS[5] channel         P{N}:released
+-- KEYS[4] places          P{N}:waiters   hash: token -> "<runs out, server us>:<lease ms>:<locker>"
+-- KEYS[5] channel         P{N}:released  (a hand-over goes to P{N}:released:<locker>)
 -- ARGV[1] 'acquire', 'release', or 'leave' (stop waiting; give the lock back if handed over)
 -- ARGV[2] the caller's token
 -- ARGV[3] the caller's lease in milliseconds (acquire)
 -- ARGV[4] expiry of the fence counter in milliseconds (a hand-over draws a token too)
 -- ARGV[5] how long the caller's place in line lasts, in milliseconds; 0: do not queue (acquire)
 -- ARGV[6] expiry of the line's keys in milliseconds, longer than any place (acquire)
+-- ARGV[7] the caller's Locker: a hex id naming the channel of its hand-overs (acquire)
 -- Returns, for 'acquire': {1, fence, lease left in ms} when the caller holds the lock (taken
 -- now, or handed to it earlier); {0, pttl of the holder, server time in us} when it waits.
 -- For 'release' and 'leave': 1 when the caller held the lock (now passed on), 0 otherwise.
--- A hand-over publishes "<token> <fence> <server time in us>"; a release that finds
--- nobody in line frees the lock and publishes '', as the plain lock does.
+-- A hand-over publishes "<token> <fence> <server time in us>" on the waiter's Locker's
+-- channel; a release that finds nobody in line frees the lock and publishes '' on the
+-- lock's channel, as the plain lock does.
 local lock, counter, line, places, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, token = ARGV[1], ARGV[2]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
--- The first waiter in line whose place has not run out, and its lease; the waiters
--- ahead of it, gone or out of time, are dropped.
+-- The first waiter in line whose place has not run out, its lease and its Locker; the
+-- waiters ahead of it, gone or out of time, are dropped.
 local function first_in_line()
   while true do
     local head = redis.call('LINDEX', line, 0)
@@ -34,9 +36,9 @@ local function first_in_line()
     end
     local place = redis.call('HGET', places, head)
     if place then
-      local expires, lease = string.match(place, '^(%d+):(%d+)$')
-      if tonumber(expires) > now then
-        return head, lease
+      local expires, lease, locker = string.match(place, '^(%d+):(%d+):(%x+)$')
+      if expires and tonumber(expires) > now then
+        return head, lease, locker
       end
     end
     redis.call('LPOP', line)
@@ -49,13 +51,13 @@ local function take(owner, lease)
   return draw_fence(counter, math.max(tonumber(ARGV[4]), tonumber(lease)))
 end
 
--- Gives the lock to the first in line and tells it, with its token and the server time
--- (from which it reckons its lease).
-local function hand_over(head, lease)
+-- Gives the lock to the first in line and tells its Locker, with its token and the
+-- server time (from which it reckons its lease).
+local function hand_over(head, lease, locker)
   redis.call('LPOP', line)
   redis.call('HDEL', places, head)
   local fence = take(head, lease)
-  redis.call('PUBLISH', channel, string.format('%s %d %d', head, fence, now))
+  redis.call('PUBLISH', channel .. ':' .. locker, string.format('%s %d %d', head, fence, now))
 end
 
 if op == 'acquire' then
@@ -66,7 +68,7 @@ if op == 'acquire' then
     return {1, current_fence(counter, ARGV[4]), redis.call('PTTL', lock)}
   end
   if not owner then
-    local head, lease = first_in_line()
+    local head, lease, locker = first_in_line()
     if not head or head == token then
       if head then
         redis.call('LPOP', line)
@@ -76,11 +78,11 @@ if op == 'acquire' then
     end
     -- Free (its holder's lease ran out, or a plain release freed it) with someone
     -- ahead of the caller: it is theirs.
-    hand_over(head, lease)
+    hand_over(head, lease, locker)
   end
   local place = tonumber(ARGV[5])
   if place > 0 then
-    local entry = string.format('%d:%s', now + place * 1000, ARGV[3])
+    local entry = string.format('%d:%s:%s', now + place * 1000, ARGV[3], ARGV[7])
     if redis.call('HSET', places, token, entry) == 1 then
       redis.call('RPUSH', line, token)
     end
@@ -97,9 +99,9 @@ end
 if redis.call('GET', lock) ~= token then
   return 0
 end
-local head, lease = first_in_line()
+local head, lease, locker = first_in_line()
 if head then
-  hand_over(head, lease)
+  hand_over(head, lease, locker)
 else
   redis.call('DEL', lock)
   redis.call('PUBLISH', channel, '')
