@@ -1367,6 +1367,15 @@ impl Report {
         for workers in [1, 2] {
             let rtt = self.rtt.get(&workers).copied();
             let core = |s: &str| self.find(s, "lock-core", workers);
+            // A handoff row's p50, as measured and in round trips.
+            let p50_in_rtts = |h: Option<&Row>| {
+                let p50 = h.and_then(|h| h.p50_us);
+                let ratio = p50.zip(rtt).map(|(p, rtt)| p / rtt);
+                (
+                    format!("{} µs = {}", fmt_us(p50), show(ratio, "× RTT")),
+                    ratio,
+                )
+            };
 
             let r = ratio(
                 core("uncontended"),
@@ -1404,16 +1413,12 @@ impl Report {
                 } else {
                     " (8 Lockers)"
                 };
-                let p50 = h.and_then(|h| Some(h.p50_us? / rtt?));
+                let (measured, p50) = p50_in_rtts(h);
                 line(
                     "3",
                     &format!("handoff p50 ≤ 3× RTT{label}"),
                     workers,
-                    format!(
-                        "{} µs = {}",
-                        fmt_us(h.and_then(|h| h.p50_us)),
-                        show(p50, "× RTT")
-                    ),
+                    measured,
                     p50.map(|r| r <= 3.0),
                 );
                 let p99 = h.and_then(|h| h.p99_us);
@@ -1457,16 +1462,12 @@ impl Report {
                     ),
                     overtakings.map(|n| n == 0.0),
                 );
-                let p50 = h.and_then(|h| Some(h.p50_us? / rtt?));
+                let (measured, p50) = p50_in_rtts(h);
                 line(
                     "4",
                     &format!("fair handoff p50 ≤ 4× RTT{label}"),
                     workers,
-                    format!(
-                        "{} µs = {}",
-                        fmt_us(h.and_then(|h| h.p50_us)),
-                        show(p50, "× RTT")
-                    ),
+                    measured,
                     p50.map(|r| r <= 4.0),
                 );
             }

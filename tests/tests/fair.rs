@@ -13,6 +13,8 @@ use lock_tests::{RedisServer, eventually};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
+mod common;
+
 const SEC: Duration = Duration::from_secs(1);
 
 async fn connect(server: &RedisServer) -> Locker {
@@ -214,18 +216,9 @@ async fn waiters_that_give_up_or_die_do_not_hold_up_the_line() {
 
 #[tokio::test]
 async fn a_waiter_that_missed_its_message_finds_the_lock_handed_to_it() {
-    use lock_core::RedisConnectionManager;
-    use lock_core::bb8;
-
     let server = RedisServer::spawn();
-    // A Locker on a bare pool has no pub/sub connection: it never hears the hand-over.
-    let manager = RedisConnectionManager::new(server.url()).unwrap();
-    let pool = bb8::Pool::builder()
-        .max_size(2)
-        .build(manager)
-        .await
-        .unwrap();
-    let deaf = Locker::builder().pool(pool).build().await.unwrap();
+    // It never hears the hand-over.
+    let deaf = common::deaf_locker(&server).await;
     let locker = connect(&server).await;
 
     let holder = locker.lock_with("deaf", fair()).await.unwrap();

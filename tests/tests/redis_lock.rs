@@ -12,6 +12,8 @@ use lock_core::{LockOptions, Locker};
 use lock_tests::{RedisServer, eventually};
 use tokio::time::{Instant, timeout};
 
+mod common;
+
 const SEC: Duration = Duration::from_secs(1);
 
 async fn connect(server: &RedisServer) -> Locker {
@@ -556,17 +558,8 @@ async fn opposite_transfers_never_deadlock() {
 
 #[tokio::test]
 async fn a_locker_on_a_bare_pool_polls_instead_of_subscribing() {
-    use lock_core::RedisConnectionManager;
-    use lock_core::bb8;
-
     let server = RedisServer::spawn();
-    let manager = RedisConnectionManager::new(server.url()).unwrap();
-    let pool = bb8::Pool::builder()
-        .max_size(2)
-        .build(manager)
-        .await
-        .unwrap();
-    let locker = Locker::builder().pool(pool).build().await.unwrap();
+    let locker = common::deaf_locker(&server).await;
     let held = locker.lock("pooled").await.unwrap();
     let waiter = tokio::spawn({
         let locker = locker.clone();
