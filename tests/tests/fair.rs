@@ -124,8 +124,13 @@ async fn a_release_hands_the_lock_over_and_wakes_the_next_waiter_alone() {
         ));
         until_in_line(&server, "relay", i as i64 + 1).await;
     }
-    // Each waiter tried once, subscribed, and (the first on its Locker) tried again.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Each waiter tried once; the first on each Locker subscribed and tried again (a
+    // try still in flight is within the slack below).
+    eventually(5 * SEC, "both Lockers to subscribe", || async {
+        let reply = server.cmd(&["PUBSUB", "NUMSUB", "lock:{relay}:released"]);
+        reply.unwrap().as_array().unwrap()[1].as_int() == Some(2)
+    })
+    .await;
     // A bystander on the lock's own channel: hand-overs go to the waiter's Locker alone.
     let client = lock_core::redis::Client::open(server.url()).unwrap();
     let mut bystander = client.get_async_pubsub().await.unwrap();
