@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lock_core::redis::AsyncCommands;
 use lock_core::{LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, eventually};
 use tokio::task::JoinHandle;
@@ -277,26 +276,7 @@ async fn fair_and_plain_holds_of_one_name_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_under_contention() {
     let server = RedisServer::spawn();
-    let lockers = [connect(&server).await, connect(&server).await];
-    let client = lock_core::redis::Client::open(server.url()).unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..32 {
-        let locker = lockers[i % 2].clone();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..16 {
-                let guard = locker.lock_with("counter", fair()).await.unwrap();
-                let seen: i64 = conn.get("counter").await.unwrap_or(0);
-                tokio::task::yield_now().await;
-                let () = conn.set("counter", seen + 1).await.unwrap();
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        timeout(60 * SEC, t).await.unwrap().unwrap();
-    }
-    let total = server.cmd(&["GET", "counter"]).unwrap();
-    assert_eq!(total.as_str(), Some("512"), "lost updates");
+    let total = common::count_under_lock(&server, 32, 16, fair()).await;
+    assert_eq!(total, 32 * 16, "lost updates");
     assert_eq!(line_len(&server, "counter"), 0);
 }

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::redis::AsyncCommands;
 use lock_core::{LockOptions, Locker};
 use lock_tests::{RedisServer, eventually};
 use tokio::time::{Instant, timeout};
@@ -55,27 +54,8 @@ async fn free_for_others(locker: &Locker, name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_lockers() {
     let server = RedisServer::spawn();
-    let lockers = [connect(&server).await, connect(&server).await];
-    let client = lock_core::redis::Client::open(server.url()).unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..64 {
-        let locker = lockers[i % 2].clone();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..32 {
-                let guard = locker.lock("counter").await.unwrap();
-                let seen: i64 = conn.get("counter").await.unwrap_or(0);
-                tokio::task::yield_now().await;
-                let () = conn.set("counter", seen + 1).await.unwrap();
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let total = server.cmd(&["GET", "counter"]).unwrap();
-    assert_eq!(total.as_str(), Some("2048"), "lost updates");
+    let total = common::count_under_lock(&server, 64, 32, LockOptions::new()).await;
+    assert_eq!(total, 64 * 32, "lost updates");
 }
 
 async fn ownership(first_locker: Locker, second_locker: Locker) {

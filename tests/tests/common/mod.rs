@@ -1,6 +1,9 @@
 //! What several Redis suites need.
 
-use lock_core::{Locker, RedisConnectionManager, bb8};
+use std::time::Duration;
+
+use lock_core::redis::AsyncCommands;
+use lock_core::{LockOptions, Locker, RedisConnectionManager, bb8};
 use lock_tests::RedisServer;
 
 /// A `Locker` on a bare bb8 pool, with no url: it has no pub/sub connection, so its
@@ -13,4 +16,43 @@ pub(crate) async fn deaf_locker(server: &RedisServer) -> Locker {
         .await
         .unwrap();
     Locker::builder().pool(pool).build().await.unwrap()
+}
+
+/// `tasks` tasks, spread over two `Locker`s (two "replicas"), each take lock "counter"
+/// `rounds` times with `opts` and increment a counter stored in Redis with a deliberately
+/// non-atomic read, yield, write. Returns the counter: `tasks * rounds` unless an update
+/// was lost. Each task must finish within a minute.
+pub(crate) async fn count_under_lock(
+    server: &RedisServer,
+    tasks: usize,
+    rounds: usize,
+    opts: LockOptions,
+) -> i64 {
+    let mut lockers = Vec::new();
+    for _ in 0..2 {
+        lockers.push(Locker::connect(&server.url()).await.unwrap());
+    }
+    let client = lock_core::redis::Client::open(server.url()).unwrap();
+    let mut running = Vec::new();
+    for i in 0..tasks {
+        let locker = lockers[i % 2].clone();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        running.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = locker.lock_with("counter", opts).await.unwrap();
+                let seen: i64 = conn.get("counter").await.unwrap_or(0);
+                tokio::task::yield_now().await;
+                let () = conn.set("counter", seen + 1).await.unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in running {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("a task still running after a minute")
+            .unwrap();
+    }
+    let total = server.cmd(&["GET", "counter"]).unwrap();
+    total.as_str().and_then(|t| t.parse().ok()).unwrap_or(0)
 }
