@@ -114,6 +114,17 @@ enum GiveBack {
     Leave,
 }
 
+impl GiveBack {
+    /// How a holder releases.
+    fn release(fair: bool) -> Self {
+        if fair {
+            Self::FairRelease
+        } else {
+            Self::Release
+        }
+    }
+}
+
 /// Everything needed to open connections, from the builder.
 #[derive(Debug)]
 pub(crate) struct RedisConfig {
@@ -375,32 +386,13 @@ impl RedisBackend {
         token: &str,
         fair: bool,
     ) -> Result<bool, LockError> {
-        let how = if fair {
-            GiveBack::FairRelease
-        } else {
-            GiveBack::Release
-        };
-        let mut conn = self.conn().await?;
-        give_back(
-            &self.scripts,
-            &mut conn,
-            &self.lock_key(name),
-            token,
-            how,
-            self.fence_ttl_ms,
-        )
-        .await
-        .map_err(|e| self.error("release", e))
+        self.give_back(&self.lock_key(name), token, GiveBack::release(fair))
+            .await
     }
 
     /// Releases in a background task; used when a guard is dropped.
     pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str, fair: bool) {
-        let how = if fair {
-            GiveBack::FairRelease
-        } else {
-            GiveBack::Release
-        };
-        self.give_back_detached(name, token, how);
+        self.give_back_detached(name, token, GiveBack::release(fair));
     }
 
     /// Takes a fair waiter out of the line in a background task; used when it gives up.
@@ -408,17 +400,19 @@ impl RedisBackend {
         self.give_back_detached(name, token, GiveBack::Leave);
     }
 
+    /// Gives lock `key` back as `how` says, on the shared connection.
+    async fn give_back(&self, key: &str, token: &str, how: GiveBack) -> Result<bool, LockError> {
+        let mut conn = self.conn().await?;
+        give_back_on(&self.scripts, &mut conn, key, token, how, self.fence_ttl_ms)
+            .await
+            .map_err(|e| self.error("release", e))
+    }
+
     fn give_back_detached(self: &Arc<Self>, name: &str, token: &str, how: GiveBack) {
         let backend = self.clone();
         let (key, token) = (self.lock_key(name), token.to_owned());
         self.detached.spawn(name, async move {
-            let given = async {
-                let mut conn = backend.conn().await?;
-                give_back(&backend.scripts, &mut conn, &key, &token, how, backend.fence_ttl_ms)
-                    .await
-                    .map_err(|e| backend.error("release", e))
-            };
-            if let Err(e) = given.await {
+            if let Err(e) = backend.give_back(&key, &token, how).await {
                 tracing::warn!(key = %key, error = %e, "background release failed; the lease will expire");
             }
         });
@@ -540,9 +534,9 @@ impl RedisBackend {
     }
 }
 
-/// Gives lock `key` back, if `token` holds it (or, leaving, takes `token` out of its
-/// line); says whether `token` held it.
-async fn give_back(
+/// Gives lock `key` back on `conn`, if `token` holds it (or, leaving, takes `token` out
+/// of its line); says whether `token` held it.
+async fn give_back_on(
     scripts: &Scripts,
     conn: &mut MultiplexedConnection,
     key: &str,
@@ -550,28 +544,18 @@ async fn give_back(
     how: GiveBack,
     fence_ttl_ms: u64,
 ) -> Result<bool, RedisError> {
-    let reply: i64 = match how {
+    let call = match how {
         GiveBack::Release => {
-            scripts
-                .release
-                .key(key)
+            let mut call = scripts.release.prepare_invoke();
+            call.key(key)
                 .key(format!("{key}{CHANNEL_SUFFIX}"))
-                .arg(token)
-                .invoke_async(conn)
-                .await?
+                .arg(token);
+            call
         }
-        GiveBack::FairRelease | GiveBack::Leave => {
-            let op = if how == GiveBack::Leave {
-                FairOp::Leave { token }
-            } else {
-                FairOp::Release { token }
-            };
-            scripts
-                .fair(key, op, fence_ttl_ms)
-                .invoke_async(conn)
-                .await?
-        }
+        GiveBack::FairRelease => scripts.fair(key, FairOp::Release { token }, fence_ttl_ms),
+        GiveBack::Leave => scripts.fair(key, FairOp::Leave { token }, fence_ttl_ms),
     };
+    let reply: i64 = call.invoke_async(conn).await?;
     Ok(reply == 1)
 }
 
@@ -595,7 +579,7 @@ impl Drop for PendingAcquire<'_> {
         let (key, token, how) = (self.key.to_owned(), self.token.to_owned(), self.how);
         let fence_ttl_ms = self.backend.fence_ttl_ms;
         self.backend.detached.spawn(self.key, async move {
-            if let Err(e) = give_back(&scripts, &mut conn, &key, &token, how, fence_ttl_ms).await {
+            if let Err(e) = give_back_on(&scripts, &mut conn, &key, &token, how, fence_ttl_ms).await {
                 tracing::warn!(key = %key, error = %e, "could not give back an interrupted acquire; the lease will expire");
             }
         });
