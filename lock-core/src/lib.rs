@@ -69,7 +69,8 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::{DEFAULT_MAX_KEY_LEN, LockKey};
 pub use locker::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_TTL, DEFAULT_NAMESPACE, Locker, LockerBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_TTL, DEFAULT_LOCAL_HANDOFFS, DEFAULT_NAMESPACE, Locker,
+    LockerBuilder,
 };
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};

@@ -24,6 +24,9 @@ pub const DEFAULT_NAMESPACE: &str = "lock:";
 pub const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long connecting to Redis may take, unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many releases of a plain lock in a row may pass it straight to a task of the same
+/// `Locker`, unless told otherwise.
+pub const DEFAULT_LOCAL_HANDOFFS: u32 = 8;
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
 
@@ -237,7 +240,7 @@ impl Locker {
         let acq = Acquisition {
             locker: self,
             name,
-            token: uuid::Uuid::new_v4().to_string(),
+            token: uuid::Uuid::new_v4().to_string().into(),
             context,
             opts,
             start,
@@ -272,7 +275,7 @@ impl Locker {
 struct Acquisition<'a> {
     locker: &'a Locker,
     name: Arc<str>,
-    token: String,
+    token: Arc<str>,
     context: Context,
     opts: Resolved,
     start: Instant,
@@ -308,7 +311,7 @@ impl Acquisition<'_> {
         tracing::debug!(key = %self.name, fence, "lock acquired");
         Arc::new(Lease::new(
             self.name.clone(),
-            self.token.clone(),
+            self.token.to_string(),
             fence,
             self.context,
             &self.opts,
@@ -327,7 +330,7 @@ impl Acquisition<'_> {
         mut clock: Option<(Instant, u64)>,
     ) -> Result<Arc<Lease>, LockError> {
         let backend = self.backend();
-        let ticket = backend.wait_for(&self.name, self.opts.fair.then_some(self.token.as_str()));
+        let ticket = backend.wait_for(&self.name, &self.token, self.opts.lease, self.opts.fair);
         // Subscribed before the next attempt, so no release can slip between the attempt
         // and the wait.
         ticket
@@ -349,10 +352,15 @@ impl Acquisition<'_> {
                     return Ok(self.granted(grant.fence, started, None));
                 }
             }
+            if let Some((fence, sent_at)) = ticket.take_pass() {
+                // Passed by a release of this Locker, sent at `sent_at`.
+                return Ok(self.granted(fence, sent_at, None));
+            }
             if try_now {
                 let sent_at = Instant::now();
                 match self.attempt(sent_at).await? {
                     Attempt::Acquired { fence, left } => {
+                        ticket.succeeded();
                         return Ok(self.granted(fence, sent_at, left));
                     }
                     Attempt::Held { ttl, clock_us } => {
@@ -436,6 +444,7 @@ pub struct LockerBuilder {
     max_key_len: Option<usize>,
     fence_ttl: Option<Duration>,
     connect_timeout: Option<Duration>,
+    local_handoffs: Option<u32>,
 }
 
 impl fmt::Debug for LockerBuilder {
@@ -450,6 +459,7 @@ impl fmt::Debug for LockerBuilder {
             .field("max_key_len", &self.max_key_len)
             .field("fence_ttl", &self.fence_ttl)
             .field("connect_timeout", &self.connect_timeout)
+            .field("local_handoffs", &self.local_handoffs)
             .finish()
     }
 }
@@ -517,6 +527,19 @@ impl LockerBuilder {
     /// How long connecting to Redis may take (default 5 s).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = Some(d);
+        self
+    }
+
+    /// How many releases of a plain lock in a row may pass it straight to a task of this
+    /// `Locker` that waits for it (default 8; 0 turns passing off). On Redis, a pass
+    /// changes the owner and draws the waiter's fencing token in one round trip, where a
+    /// release, its wake-up and the waiter's next attempt take two; the longest-waiting
+    /// local task gets it. After this many passes in a row the lock is freed for every
+    /// contender, so tasks of other processes, woken then, get their chance: a plain lock
+    /// makes no promise of order (a [fair](crate::LockOptions::fair) one does, and is
+    /// never passed this way). The in-memory backend has no use for it.
+    pub fn local_handoffs(mut self, n: u32) -> Self {
+        self.local_handoffs = Some(n);
         self
     }
 
@@ -602,6 +625,7 @@ impl LockerBuilder {
                         namespace,
                         fence_ttl,
                         connect_timeout,
+                        local_handoffs: self.local_handoffs.unwrap_or(DEFAULT_LOCAL_HANDOFFS),
                     })
                     .await?,
                 ))

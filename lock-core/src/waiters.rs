@@ -5,12 +5,18 @@
 //! longest); a woken waiter that loses the race to another contender simply waits again,
 //! so there is no thundering herd. A fair lock handed over to a waiter by name wakes
 //! that waiter alone.
+//!
+//! A plain lock released while a task of the same `Locker` waits for it can be passed to
+//! that task directly (see [`Passer`]): the releasing side claims the longest-waiting
+//! local waiter, changes the owner in one command, and hands it the result.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// The waiters of one lock.
 #[derive(Debug, Default)]
@@ -24,6 +30,144 @@ pub(crate) struct Slot {
     count: std::sync::atomic::AtomicUsize,
     /// Fair locks handed over to waiters by name.
     grants: Mutex<Grants>,
+    /// Plain waiters a local release may pass the lock to, longest waiting first.
+    passable: Mutex<VecDeque<Arc<Passer>>>,
+    /// Releases in a row that passed the lock to a local waiter.
+    streak: AtomicU32,
+}
+
+/// A plain waiter that a release by the same `Locker` can pass the lock to, with the
+/// state of that pass. The releasing side claims it, changes the lock's owner to
+/// [`token`](Self::token) in one command, then reports the outcome here; the waiter either
+/// takes the pass, or has meanwhile taken the lock itself, or has given up (then whoever
+/// learns last that the lock is the waiter's gives it back).
+#[derive(Debug)]
+pub(crate) struct Passer {
+    pub(crate) token: Arc<str>,
+    /// The waiter's lease, which a pass starts.
+    pub(crate) lease: Duration,
+    state: Mutex<Pass>,
+    notify: Notify,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// In its lock's line of passable waiters. `unsure`: a pass to it failed in a way
+    /// that leaves open whether the owner changed, so if it gives up it gives back by
+    /// its token (which changes nothing if the lock is not its own).
+    Waiting { unsure: bool },
+    /// Taken out of the line by a release that is changing the owner.
+    Claimed,
+    /// The lock is the waiter's, with this fencing token, since the change was sent.
+    Passed { fence: u64, sent_at: Instant },
+    /// The waiter holds the lock (taken, or passed and taken up): nothing more to do.
+    Done,
+    /// The waiter gave up while claimed: the release gives back what it passed.
+    Abandoned,
+}
+
+/// What the releasing side must do after it reported a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterPass {
+    /// Nothing: the waiter has it, or will take it up.
+    Nothing,
+    /// Give the lock back by the waiter's token: it gave up.
+    GiveBack,
+}
+
+/// What a waiter that gives up must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnGiveUp {
+    Nothing,
+    /// Give the lock back by its token: it was passed and never taken up.
+    GiveBack,
+}
+
+impl Passer {
+    fn state(&self) -> MutexGuard<'_, Pass> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notified when a pass comes, or a claimed pass fell through.
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    /// The pass, if it came: the fencing token, and when the change was sent (the
+    /// earliest the lease can have started). Taken once.
+    pub(crate) fn take(&self) -> Option<(u64, Instant)> {
+        let mut state = self.state();
+        match *state {
+            Pass::Passed { fence, sent_at } => {
+                *state = Pass::Done;
+                Some((fence, sent_at))
+            }
+            _ => None,
+        }
+    }
+
+    /// The waiter took the lock itself: a pass now in flight needs nothing more.
+    pub(crate) fn done(&self) {
+        *self.state() = Pass::Done;
+    }
+
+    /// The releasing side passed the lock: owner changed, fencing token `fence`.
+    pub(crate) fn passed(&self, fence: u64, sent_at: Instant) -> AfterPass {
+        let mut state = self.state();
+        match *state {
+            Pass::Claimed => {
+                *state = Pass::Passed { fence, sent_at };
+                self.notify.notify_one();
+                AfterPass::Nothing
+            }
+            Pass::Abandoned => {
+                *state = Pass::Done;
+                AfterPass::GiveBack
+            }
+            // Done: it took the lock under its own token meanwhile. Waiting and Passed
+            // cannot happen: only the claimant reports.
+            _ => AfterPass::Nothing,
+        }
+    }
+
+    /// The releasing side could not pass the lock (it no longer held it, or, `unsure`,
+    /// the command failed without an answer): the waiter goes back to the head of the
+    /// line and tries for itself.
+    pub(crate) fn not_passed(self: &Arc<Self>, slot: &Slot, unsure: bool) {
+        let mut line = slot.passable();
+        let mut state = self.state();
+        if *state == Pass::Claimed {
+            *state = Pass::Waiting { unsure };
+            line.push_front(self.clone());
+            self.notify.notify_one();
+        }
+    }
+
+    /// The waiter leaves without the lock.
+    fn give_up(self: &Arc<Self>, slot: &Slot) -> OnGiveUp {
+        let mut line = slot.passable();
+        let mut state = self.state();
+        match *state {
+            Pass::Waiting { unsure } => {
+                line.retain(|p| !Arc::ptr_eq(p, self));
+                *state = Pass::Done;
+                if unsure {
+                    OnGiveUp::GiveBack
+                } else {
+                    OnGiveUp::Nothing
+                }
+            }
+            Pass::Claimed => {
+                *state = Pass::Abandoned;
+                OnGiveUp::Nothing
+            }
+            Pass::Passed { .. } => {
+                *state = Pass::Done;
+                OnGiveUp::GiveBack
+            }
+            Pass::Done | Pass::Abandoned => OnGiveUp::Nothing,
+        }
+    }
 }
 
 /// A fair lock handed over to a waiter: its fencing token, and the backend's clock (in
@@ -73,6 +217,50 @@ const UNCLAIMED: usize = 16;
 impl Slot {
     pub(crate) fn wake(&self) -> &Notify {
         &self.wake
+    }
+
+    fn passable(&self) -> MutexGuard<'_, VecDeque<Arc<Passer>>> {
+        self.passable.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts a plain waiter (`token`, asking for `lease`) in line for a local pass.
+    pub(crate) fn join_passable(&self, token: Arc<str>, lease: Duration) -> Arc<Passer> {
+        let passer = Arc::new(Passer {
+            token,
+            lease,
+            state: Mutex::new(Pass::Waiting { unsure: false }),
+            notify: Notify::new(),
+        });
+        self.passable().push_back(passer.clone());
+        passer
+    }
+
+    /// Takes `passer` out of line as it leaves: [`OnGiveUp`] says whether it must give
+    /// back a lock passed to it.
+    pub(crate) fn leave_passable(&self, passer: &Arc<Passer>) -> OnGiveUp {
+        passer.give_up(self)
+    }
+
+    /// Claims the longest-waiting local waiter for a pass, unless `max` passes in a row
+    /// were made already: then the lock is to be freed for every contender, and the
+    /// count starts again.
+    pub(crate) fn claim_passer(&self, max: u32) -> Option<Arc<Passer>> {
+        if self.streak.load(Ordering::Relaxed) >= max {
+            self.streak.store(0, Ordering::Relaxed);
+            return None;
+        }
+        let mut line = self.passable();
+        while let Some(passer) = line.pop_front() {
+            let mut state = passer.state();
+            if matches!(*state, Pass::Waiting { .. }) {
+                *state = Pass::Claimed;
+                drop(state);
+                self.streak.fetch_add(1, Ordering::Relaxed);
+                return Some(passer);
+            }
+        }
+        self.streak.store(0, Ordering::Relaxed);
+        None
     }
 
     pub(crate) fn is_ready(&self) -> bool {
@@ -202,6 +390,11 @@ impl Waiters {
         }
     }
 
+    /// The slot of `key`, if it has one.
+    pub(crate) fn slot(&self, key: &str) -> Option<Arc<Slot>> {
+        self.slots().get(key).cloned()
+    }
+
     /// Wakes one waiter of `key`: the lock was released.
     pub(crate) fn wake_one(&self, key: &str) {
         if let Some(slot) = self.slots().get(key) {
@@ -305,6 +498,66 @@ mod tests {
             waiters.deliver("k", "elsewhere", grant(fence));
         }
         assert_eq!(slot.expect_grant("c").take(), None);
+    }
+
+    #[test]
+    fn a_pass_goes_to_the_longest_waiting_and_whoever_learns_last_frees_an_orphan() {
+        let slot = Slot::default();
+        let lease = std::time::Duration::from_secs(30);
+        let [a, b, c] = ["a", "b", "c"].map(|t| slot.join_passable(t.into(), lease));
+        let now = Instant::now();
+
+        // Claimed first come first; passed and taken up once.
+        let claimed = slot.claim_passer(8).unwrap();
+        assert!(Arc::ptr_eq(&claimed, &a));
+        assert_eq!(a.take(), None, "nothing passed yet");
+        assert_eq!(a.passed(7, now), AfterPass::Nothing);
+        assert_eq!(a.take(), Some((7, now)));
+        assert_eq!(a.take(), None);
+        assert_eq!(
+            slot.leave_passable(&a),
+            OnGiveUp::Nothing,
+            "it holds the lock"
+        );
+
+        // Gave up while claimed: the releasing side frees what it passed.
+        assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &b));
+        assert_eq!(slot.leave_passable(&b), OnGiveUp::Nothing);
+        assert_eq!(b.passed(8, now), AfterPass::GiveBack);
+
+        // A pass that fell through puts the waiter back first in line; unsure, it frees
+        // what it may hold should it give up.
+        assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &c));
+        c.not_passed(&slot, true);
+        assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &c));
+        assert_eq!(c.passed(9, now), AfterPass::Nothing);
+        assert_eq!(
+            slot.leave_passable(&c),
+            OnGiveUp::GiveBack,
+            "passed, never taken"
+        );
+        assert!(slot.claim_passer(8).is_none(), "nobody left in line");
+
+        // Took the lock by its own attempt: a pass in flight needs nothing more.
+        let d = slot.join_passable("d".into(), lease);
+        assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &d));
+        d.done();
+        assert_eq!(d.passed(10, now), AfterPass::Nothing);
+        assert_eq!(slot.leave_passable(&d), OnGiveUp::Nothing);
+    }
+
+    #[test]
+    fn passes_in_a_row_are_bounded() {
+        let slot = Slot::default();
+        let lease = std::time::Duration::from_secs(30);
+        for i in 0..4 {
+            slot.join_passable(i.to_string().into(), lease);
+        }
+        assert!(slot.claim_passer(2).is_some());
+        assert!(slot.claim_passer(2).is_some());
+        assert!(slot.claim_passer(2).is_none(), "a third pass in a row");
+        assert!(slot.claim_passer(2).is_some(), "the count starts again");
+        assert!(slot.claim_passer(0).is_none(), "passing turned off");
     }
 
     #[tokio::test(start_paused = true)]

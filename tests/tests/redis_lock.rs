@@ -670,3 +670,127 @@ async fn the_fence_counter_expiry_is_renewed_every_64_tokens() {
         renewing.fencing_token()
     );
 }
+
+/// Three tasks of `locker` queue, one after the other, for lock `name` while it is held;
+/// each takes it in turn and releases it at once. Returns the order they got it in,
+/// the fencing tokens (the holder's first), and how many releases were published.
+async fn relay(server: &RedisServer, locker: &Locker, name: &str) -> (Vec<usize>, Vec<u64>, u64) {
+    let holder = locker.lock(name).await.unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let before = evalsha_calls(server);
+        let (locker, owned, got) = (locker.clone(), name.to_owned(), got.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locker
+                .lock_with(&owned, LockOptions::new().wait(10 * SEC))
+                .await
+                .unwrap();
+            got.lock().unwrap().push((i, guard.fencing_token()));
+            guard.release().await.unwrap();
+        }));
+        // Its attempt answered, it is in line before the next one's (same connection).
+        eventually(5 * SEC, "the waiter to try and subscribe", || async {
+            evalsha_calls(server) > before && subscribers(server, name) == 1
+        })
+        .await;
+    }
+    let published = server.calls("publish");
+    let mut fences = vec![holder.fencing_token()];
+    holder.release().await.unwrap();
+    for t in tasks {
+        timeout(10 * SEC, t).await.unwrap().unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    fences.extend(got.iter().map(|(_, fence)| fence));
+    let order = got.into_iter().map(|(i, _)| i).collect();
+    (order, fences, server.calls("publish") - published)
+}
+
+/// A release passes a plain lock straight to the longest-waiting task of its own Locker
+/// (no message, no wake-up, no second attempt), at most `local_handoffs` times in a row.
+#[tokio::test]
+async fn a_release_passes_the_lock_to_a_local_waiter() {
+    let server = RedisServer::spawn();
+    for (passes, published) in [(8, 1), (1, 2), (0, 4)] {
+        let locker = Locker::builder()
+            .url(&server.url())
+            .local_handoffs(passes)
+            .build()
+            .await
+            .unwrap();
+        let name = format!("passed:{passes}");
+        let (order, fences, publishes) = relay(&server, &locker, &name).await;
+        assert_eq!(
+            order,
+            [0, 1, 2],
+            "{passes} passes: not first come first served"
+        );
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{passes} passes: fencing tokens {fences:?}"
+        );
+        // Each release that did not pass the lock on freed it and said so.
+        assert_eq!(publishes, published, "with {passes} passes in a row");
+        assert!(!exists(&server, &name));
+    }
+}
+
+/// A waiter that the lock was passed to, but that is dropped before it takes it up,
+/// frees it; so does one dropped while the pass is in flight.
+#[tokio::test]
+async fn a_lock_passed_to_a_waiter_that_is_gone_is_freed() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    for in_flight in [false, true] {
+        let holder = locker.lock("orphan").await.unwrap();
+        // The waiter runs until told to stop; then it is no longer polled (it cannot take
+        // up a pass) until told to drop.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (drop_it, dropped) = tokio::sync::oneshot::channel::<()>();
+        let before = evalsha_calls(&server);
+        let waiter = tokio::spawn({
+            let locker = locker.clone();
+            async move {
+                let wait = locker.lock_with("orphan", LockOptions::new().wait(30 * SEC));
+                tokio::pin!(wait);
+                tokio::select! {
+                    _ = &mut wait => panic!("the waiter got a held lock"),
+                    _ = stopped => {}
+                }
+                dropped.await.unwrap();
+            }
+        });
+        eventually(5 * SEC, "the waiter to try and subscribe", || async {
+            evalsha_calls(&server) - before >= 2 && subscribers(&server, "orphan") == 1
+        })
+        .await;
+        stop.send(()).unwrap();
+        if in_flight {
+            // The release claims the waiter and sends the pass; the server holds it while
+            // the waiter is dropped.
+            server.pause();
+            let mut release = Box::pin(holder.release());
+            assert!(
+                futures_util::FutureExt::now_or_never(&mut release).is_none(),
+                "released with the server paused"
+            );
+            drop_it.send(()).unwrap();
+            waiter.await.unwrap();
+            server.resume();
+            timeout(5 * SEC, release).await.unwrap().unwrap();
+        } else {
+            let passes = evalsha_calls(&server);
+            holder.release().await.unwrap();
+            assert_eq!(evalsha_calls(&server) - passes, 1);
+            assert!(exists(&server, "orphan"), "passed on, so still held");
+            drop_it.send(()).unwrap();
+            waiter.await.unwrap();
+        }
+        eventually(3 * SEC, "the orphaned lock to be freed", || async {
+            !exists(&server, "orphan")
+        })
+        .await;
+        assert!(free_for_others(&locker, "orphan").await);
+    }
+}

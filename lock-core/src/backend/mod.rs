@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::waiters::{Grant, GrantCell, Slot};
+use crate::waiters::{Grant, GrantCell, OnGiveUp, Passer, Slot};
 
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -66,8 +66,8 @@ impl Backend {
         }
     }
 
-    /// Releases if `token` owns `name` (a fair lock goes to the next in line); `Ok(false)`
-    /// when it did not.
+    /// Releases if `token` owns `name` (a fair lock goes to the next in line, a plain one
+    /// maybe to a local waiter); `Ok(false)` when it did not.
     pub(crate) async fn release(
         &self,
         name: &str,
@@ -142,19 +142,32 @@ impl Backend {
         }
     }
 
-    /// Starts waiting for `name`: the returned ticket wakes on its releases and, for a
-    /// fair waiter (`fair_token`), when the lock is handed over to it.
-    pub(crate) fn wait_for(&self, name: &Arc<str>, fair_token: Option<&str>) -> WaitTicket<'_> {
+    /// Starts waiting for `name` as `token`, to hold it for `lease`: the returned ticket
+    /// wakes on its releases and, for a `fair` waiter, when the lock is handed over to it;
+    /// a plain waiter on Redis can also be passed the lock by a release of this `Locker`.
+    pub(crate) fn wait_for(
+        &self,
+        name: &Arc<str>,
+        token: &Arc<str>,
+        lease: Duration,
+        fair: bool,
+    ) -> WaitTicket<'_> {
         let (key, slot, joined_subscribed) = match self {
             Self::Redis(r) => r.join(name),
             Self::Memory(m) => (name.clone(), m.waiters.join(name, |_| {}), false),
         };
-        let grant = fair_token.map(|token| (token.into(), slot.expect_grant(token)));
+        let way = if fair {
+            Way::Grant(token.clone(), slot.expect_grant(token))
+        } else if matches!(self, Self::Redis(r) if r.passes_locally()) {
+            Way::Pass(slot.join_passable(token.clone(), lease))
+        } else {
+            Way::Wake
+        };
         WaitTicket {
             backend: self,
             key,
             slot,
-            grant,
+            way,
             joined_subscribed,
         }
     }
@@ -194,8 +207,7 @@ pub(crate) struct WaitTicket<'a> {
     backend: &'a Backend,
     key: Arc<str>,
     pub(crate) slot: Arc<Slot>,
-    /// A fair waiter's token, and where its hand-over arrives.
-    grant: Option<(Box<str>, Arc<GrantCell>)>,
+    way: Way,
     /// It joined a lock whose release messages were already being delivered (to other
     /// local waiters, or to a subscription lingering after the last one left). Whoever
     /// subscribed tried again once subscribed, so every release since reached this
@@ -206,18 +218,50 @@ pub(crate) struct WaitTicket<'a> {
     pub(crate) joined_subscribed: bool,
 }
 
+/// How the lock can come to a waiter besides its own attempts.
+#[derive(Debug)]
+enum Way {
+    /// Only its attempts, after a wake-up or a poll.
+    Wake,
+    /// Handed over to this fair waiter (its token), by any process's release.
+    Grant(Arc<str>, Arc<GrantCell>),
+    /// Passed to this plain waiter by a release of its own `Locker`.
+    Pass(Arc<Passer>),
+}
+
 impl WaitTicket<'_> {
     /// The hand-over to this fair waiter, if it came.
     pub(crate) fn take_grant(&self) -> Option<Grant> {
-        self.grant.as_ref().and_then(|(_, cell)| cell.take())
+        match &self.way {
+            Way::Grant(_, cell) => cell.take(),
+            _ => None,
+        }
     }
 
-    /// Resolves when the lock may have been handed over to this waiter (never, for a
-    /// plain waiter). A hand-over that came first leaves a permit, so none is missed.
+    /// The lock passed to this plain waiter, if it was: its fencing token, and the
+    /// earliest its lease can have started.
+    pub(crate) fn take_pass(&self) -> Option<(u64, tokio::time::Instant)> {
+        match &self.way {
+            Way::Pass(passer) => passer.take(),
+            _ => None,
+        }
+    }
+
+    /// The waiter took the lock: leaving is not giving up.
+    pub(crate) fn succeeded(&self) {
+        if let Way::Pass(passer) = &self.way {
+            passer.done();
+        }
+    }
+
+    /// Resolves when the lock may have been handed over or passed to this waiter (never,
+    /// for one that can only be woken). One that came first leaves a permit, so none is
+    /// missed.
     pub(crate) async fn handed_over(&self) {
-        match &self.grant {
-            Some((_, cell)) => cell.notify().notified().await,
-            None => std::future::pending().await,
+        match &self.way {
+            Way::Grant(_, cell) => cell.notify().notified().await,
+            Way::Pass(passer) => passer.notify().notified().await,
+            Way::Wake => std::future::pending().await,
         }
     }
 
@@ -235,8 +279,17 @@ impl WaitTicket<'_> {
 
 impl Drop for WaitTicket<'_> {
     fn drop(&mut self) {
-        if let Some((token, _)) = &self.grant {
-            self.slot.forget_grant(token);
+        match &self.way {
+            Way::Grant(token, _) => self.slot.forget_grant(token),
+            Way::Pass(passer) => {
+                if self.slot.leave_passable(passer) == OnGiveUp::GiveBack
+                    && let Backend::Redis(r) = self.backend
+                {
+                    // Passed to this waiter, which gave up before taking it: free it.
+                    r.release_key_detached(&self.key, &passer.token);
+                }
+            }
+            Way::Wake => {}
         }
         match self.backend {
             Backend::Redis(r) => r.leave(&self.key, &self.slot),

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::{Attempt, Mode, PLACE_IN_LINE};
 use crate::LockError;
-use crate::waiters::{Edge, Grant, Slot, Waiters};
+use crate::waiters::{AfterPass, Edge, Grant, Passer, Slot, Waiters};
 
 const ACQUIRE: &str = concat!(
     include_str!("../scripts/fence.lua"),
@@ -28,6 +28,10 @@ const ACQUIRE: &str = concat!(
 const FAIR: &str = concat!(
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/fair.lua")
+);
+const PASS: &str = concat!(
+    include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/pass.lua")
 );
 const RELEASE: &str = include_str!("../scripts/release.lua");
 const EXTEND: &str = include_str!("../scripts/extend.lua");
@@ -54,6 +58,7 @@ struct Scripts {
     release: Script,
     extend: Script,
     fair: Script,
+    pass: Script,
 }
 
 impl Scripts {
@@ -134,6 +139,7 @@ pub(crate) struct RedisConfig {
     pub(crate) namespace: String,
     pub(crate) fence_ttl: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) local_handoffs: u32,
 }
 
 #[derive(Debug)]
@@ -151,6 +157,8 @@ pub(crate) struct RedisBackend {
     hub: Option<Hub>,
     /// Names the channel on which fair locks are handed over to this `Locker`'s waiters.
     channels: Channels,
+    /// How many releases of a plain lock in a row may pass it to a local waiter.
+    local_handoffs: u32,
 }
 
 impl RedisBackend {
@@ -164,12 +172,14 @@ impl RedisBackend {
             namespace,
             fence_ttl,
             connect_timeout,
+            local_handoffs,
         } = config;
         let scripts = Arc::new(Scripts {
             acquire: Script::new(ACQUIRE),
             release: Script::new(RELEASE),
             extend: Script::new(EXTEND),
             fair: Script::new(FAIR),
+            pass: Script::new(PASS),
         });
         let waiters = Arc::new(Waiters::default());
         let channels = Channels::new();
@@ -184,6 +194,7 @@ impl RedisBackend {
                 .map(|client| Hub::new(client, waiters.clone(), connect_timeout, channels.clone())),
             channels,
             waiters,
+            local_handoffs,
             fence_ttl_ms: millis(fence_ttl),
             namespace,
             address,
@@ -195,6 +206,7 @@ impl RedisBackend {
                 &backend.scripts.release,
                 &backend.scripts.extend,
                 &backend.scripts.fair,
+                &backend.scripts.pass,
             ] {
                 script
                     .prepare_invoke()
@@ -380,24 +392,121 @@ impl RedisBackend {
 
     /// Releases if `token` owns `name`. Not retried on a fresh connection: had the first
     /// attempt gone through, the retry would report the lock as not held.
+    ///
+    /// A plain lock that a task of this `Locker` waits for is passed to that task (see
+    /// [`pass`](Self::pass)). The pass runs in the background, so it is seen through even
+    /// if this call is dropped, and a waiter is never left claimed.
     pub(crate) async fn release(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         token: &str,
         fair: bool,
     ) -> Result<bool, LockError> {
-        self.give_back(&self.lock_key(name), token, GiveBack::release(fair))
-            .await
+        let key = self.lock_key(name);
+        let Some((slot, passer)) = self.claim_passer(&key, fair) else {
+            return self.give_back(&key, token, GiveBack::release(fair)).await;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (this, token) = (self.clone(), token.to_owned());
+        self.detached.spawn(name, async move {
+            let _ = tx.send(this.pass(&key, &token, &slot, &passer).await);
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(LockError::backend(
+                format!("release on redis at {}", self.address),
+                "the runtime is shutting down",
+            ))
+        })
     }
 
     /// Releases in a background task; used when a guard is dropped.
     pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str, fair: bool) {
-        self.give_back_detached(name, token, GiveBack::release(fair));
+        let key = self.lock_key(name);
+        match self.claim_passer(&key, fair) {
+            Some((slot, passer)) => {
+                let (this, token) = (self.clone(), token.to_owned());
+                self.detached.spawn(name, async move {
+                    let _ = this.pass(&key, &token, &slot, &passer).await;
+                });
+            }
+            None => self.give_back_detached(key, token, GiveBack::release(fair)),
+        }
+    }
+
+    /// Releases lock `key` (not name) in a background task, with no pass: for a lock
+    /// passed to a waiter that gave up before taking it.
+    pub(crate) fn release_key_detached(self: &Arc<Self>, key: &str, token: &str) {
+        self.give_back_detached(key.to_owned(), token, GiveBack::Release);
     }
 
     /// Takes a fair waiter out of the line in a background task; used when it gives up.
     pub(crate) fn leave_detached(self: &Arc<Self>, name: &str, token: &str) {
-        self.give_back_detached(name, token, GiveBack::Leave);
+        self.give_back_detached(self.lock_key(name), token, GiveBack::Leave);
+    }
+
+    /// Whether plain waiters can be passed the lock by this `Locker`'s releases.
+    pub(crate) fn passes_locally(&self) -> bool {
+        self.local_handoffs > 0
+    }
+
+    /// The local waiter that the release of plain lock `key` is to pass it to, if any.
+    fn claim_passer(&self, key: &str, fair: bool) -> Option<(Arc<Slot>, Arc<Passer>)> {
+        if fair || self.local_handoffs == 0 {
+            return None;
+        }
+        let slot = self.waiters.slot(key)?;
+        let passer = slot.claim_passer(self.local_handoffs)?;
+        Some((slot, passer))
+    }
+
+    /// Passes lock `key` from its holder `token` to the local waiter `passer`, in one
+    /// command, and tells the waiter. Says whether `token` held the lock. A waiter that
+    /// gave up meanwhile gets nothing: the lock is then freed, waking every contender.
+    async fn pass(
+        &self,
+        key: &str,
+        token: &str,
+        slot: &Slot,
+        passer: &Arc<Passer>,
+    ) -> Result<bool, LockError> {
+        // The counter must outlive every lease drawn from it.
+        let fence_ttl_ms = self.fence_ttl_ms.max(millis(passer.lease));
+        let sent_at = tokio::time::Instant::now();
+        let reply = async {
+            let mut conn = self.conn().await?;
+            self.scripts
+                .pass
+                .key(key)
+                .key(format!("{key}{FENCE_SUFFIX}"))
+                .arg(token)
+                .arg(&*passer.token)
+                .arg(millis(passer.lease))
+                .arg(fence_ttl_ms)
+                .invoke_async::<u64>(&mut conn)
+                .await
+                .map_err(|e| self.error("release", e))
+        }
+        .await;
+        match reply {
+            Ok(0) => {
+                passer.not_passed(slot, false);
+                Ok(false)
+            }
+            Ok(fence) => {
+                tracing::trace!(key, fence, "lock passed to a local waiter");
+                if passer.passed(fence, sent_at) == AfterPass::GiveBack
+                    && let Err(e) = self.give_back(key, &passer.token, GiveBack::Release).await
+                {
+                    tracing::warn!(key, error = %e, "could not free a lock passed to a waiter that gave up; the lease will expire");
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                // It may have run: should the waiter give up, it frees what it may hold.
+                passer.not_passed(slot, true);
+                Err(e)
+            }
+        }
     }
 
     /// Gives lock `key` back as `how` says, on the shared connection.
@@ -408,10 +517,10 @@ impl RedisBackend {
             .map_err(|e| self.error("release", e))
     }
 
-    fn give_back_detached(self: &Arc<Self>, name: &str, token: &str, how: GiveBack) {
+    fn give_back_detached(self: &Arc<Self>, key: String, token: &str, how: GiveBack) {
         let backend = self.clone();
-        let (key, token) = (self.lock_key(name), token.to_owned());
-        self.detached.spawn(name, async move {
+        let token = token.to_owned();
+        self.detached.spawn(&key.clone(), async move {
             if let Err(e) = backend.give_back(&key, &token, how).await {
                 tracing::warn!(key = %key, error = %e, "background release failed; the lease will expire");
             }
