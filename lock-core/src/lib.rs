@@ -39,7 +39,10 @@
 //!   cancels its future.
 //! - **Waiters** are woken by the release script's `PUBLISH`, through one pub/sub
 //!   connection per `Locker`, one waiter per release; a jittered poll bounded by the
-//!   holder's lease is the safety net for a missed message.
+//!   holder's lease is the safety net for a missed message. A release whose `Locker`
+//!   has a task waiting for the lock **passes** it to that task instead, in the same
+//!   one round trip (owner and fencing token set by one script, no message), up to
+//!   [`LockerBuilder::local_handoffs`] times in a row.
 //! - A **fair** lock ([`LockOptions::fair`]) serves its waiters first come first served,
 //!   across every process: they queue in Redis (`lock:{N}:queue`), and a release hands
 //!   the lock straight to the next in line and tells that waiter's `Locker` alone, so
