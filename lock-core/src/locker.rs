@@ -299,7 +299,9 @@ impl Acquisition<'_> {
                     .min(PLACE_IN_LINE),
             }
         } else {
-            Mode::Plain
+            Mode::Plain {
+                waits: now < self.deadline,
+            }
         };
         let backend = self.backend();
         Box::pin(backend.try_acquire(&self.name, &self.token, self.opts.lease, mode)).await
@@ -349,11 +351,13 @@ impl Acquisition<'_> {
                 // out.
                 if let Some(after) = grant.at_us.checked_sub(clock_us) {
                     let started = sent_at + Duration::from_micros(after);
+                    ticket.succeeded();
                     return Ok(self.granted(grant.fence, started, None));
                 }
             }
             if let Some((fence, sent_at)) = ticket.take_pass() {
                 // Passed by a release of this Locker, sent at `sent_at`.
+                ticket.succeeded();
                 return Ok(self.granted(fence, sent_at, None));
             }
             if try_now {

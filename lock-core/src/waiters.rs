@@ -263,6 +263,11 @@ impl Slot {
         None
     }
 
+    /// Whether tasks of this `Locker` wait for the lock.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
@@ -395,11 +400,16 @@ impl Waiters {
         self.slots().get(key).cloned()
     }
 
-    /// Wakes one waiter of `key`: the lock was released.
-    pub(crate) fn wake_one(&self, key: &str) {
-        if let Some(slot) = self.slots().get(key) {
-            slot.wake.notify_one();
-        }
+    /// Wakes one waiter of `key`: the lock was released. Says whether `key` has a waiter
+    /// (one between two waits takes the wake-up when it next waits; so does one joining
+    /// a lingering slot right after its failed attempt).
+    pub(crate) fn wake_one(&self, key: &str) -> bool {
+        let slots = self.slots();
+        let Some(slot) = slots.get(key) else {
+            return false;
+        };
+        slot.wake.notify_one();
+        slot.has_waiters()
     }
 
     /// Hands `key` over to its local fair waiter `token`, waking that waiter alone.

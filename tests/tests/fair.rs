@@ -126,28 +126,49 @@ async fn a_release_hands_the_lock_over_and_wakes_the_next_waiter_alone() {
     // Each waiter tried once; the first on each Locker subscribed and tried again (a
     // try still in flight is within the slack below).
     eventually(5 * SEC, "both Lockers to subscribe", || async {
-        let reply = server.cmd(&["PUBSUB", "NUMSUB", "lock:{relay}:released"]);
-        reply.unwrap().as_array().unwrap()[1].as_int() == Some(2)
+        common::subscribed_lockers(&server, "relay") == 2
     })
     .await;
-    // A bystander on the lock's own channel: hand-overs go to the waiter's Locker alone.
+    // A bystander on every release channel of the lock: each hand-over goes to the
+    // waiter's Locker alone, and nothing is broadcast on the lock's own channel.
     let client = lock_core::redis::Client::open(server.url()).unwrap();
     let mut bystander = client.get_async_pubsub().await.unwrap();
-    bystander.subscribe("lock:{relay}:released").await.unwrap();
+    bystander
+        .psubscribe("lock:{relay}:released*")
+        .await
+        .unwrap();
     let before = server.calls("evalsha");
     holder.release().await.unwrap();
     for t in tasks {
         timeout(10 * SEC, t).await.unwrap().unwrap();
     }
-    let heard = timeout(5 * SEC, bystander.on_message().next())
-        .await
-        .expect("the last release frees the lock and says so")
+    let commands = server.calls("evalsha") - before;
+    server
+        .cmd(&["PUBLISH", "lock:{relay}:released", "end"])
         .unwrap();
-    assert_eq!(heard.get_payload_bytes(), b"", "a hand-over was broadcast");
+    let mut heard = Vec::new();
+    let mut messages = bystander.on_message();
+    loop {
+        let msg = timeout(5 * SEC, messages.next()).await.unwrap().unwrap();
+        if msg.get_payload_bytes() == b"end" {
+            break;
+        }
+        heard.push((
+            msg.get_channel_name().to_owned(),
+            msg.get_payload_bytes().to_vec(),
+        ));
+    }
+    let hand_overs = heard.iter().filter(|(_, payload)| !payload.is_empty());
+    assert_eq!(hand_overs.count(), 6, "{heard:?}");
+    assert!(
+        heard
+            .iter()
+            .all(|(channel, _)| channel.starts_with("lock:{relay}:released:")),
+        "broadcast: {heard:?}"
+    );
     // Seven releases, each handing the lock on (the last one freeing it). A waiter that
     // was woken to ask again, or had to poll, would cost one more command each; allow a
     // safety poll or two.
-    let commands = server.calls("evalsha") - before;
     assert!(
         (7..=9).contains(&commands),
         "{commands} commands for 6 hand-overs"

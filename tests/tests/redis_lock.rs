@@ -35,10 +35,8 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
     server.calls("evalsha")
 }
 
-fn subscribers(server: &RedisServer, name: &str) -> i64 {
-    let channel = format!("{}:released", redis_key(name));
-    let reply = server.cmd(&["PUBSUB", "NUMSUB", &channel]).unwrap();
-    reply.as_array().unwrap()[1].as_int().unwrap()
+fn subscribers(server: &RedisServer, name: &str) -> usize {
+    common::subscribed_lockers(server, name)
 }
 
 /// Whether another task (so: no reentrancy) could take `name` right now.
@@ -712,7 +710,7 @@ async fn relay(server: &RedisServer, locker: &Locker, name: &str) -> (Vec<usize>
 #[tokio::test]
 async fn a_release_passes_the_lock_to_a_local_waiter() {
     let server = RedisServer::spawn();
-    for (passes, published) in [(8, 1), (1, 2), (0, 4)] {
+    for (passes, published) in [(8, 0), (1, 1), (0, 3)] {
         let locker = Locker::builder()
             .url(&server.url())
             .local_handoffs(passes)
@@ -730,7 +728,8 @@ async fn a_release_passes_the_lock_to_a_local_waiter() {
             fences.windows(2).all(|w| w[0] < w[1]),
             "{passes} passes: fencing tokens {fences:?}"
         );
-        // Each release that did not pass the lock on freed it and said so.
+        // Each release that freed the lock while tasks of its Locker waited woke one;
+        // the last one, with nobody left waiting, woke nobody.
         assert_eq!(publishes, published, "with {passes} passes in a row");
         assert!(!exists(&server, &name));
     }
@@ -793,4 +792,168 @@ async fn a_lock_passed_to_a_waiter_that_is_gone_is_freed() {
         .await;
         assert!(free_for_others(&locker, "orphan").await);
     }
+}
+
+/// The Lockers waiting for lock `name`, oldest first.
+fn waiting_lockers(server: &RedisServer, name: &str) -> usize {
+    let set = format!("{}:lockers", redis_key(name));
+    let reply = server.cmd(&["ZCARD", &set]).unwrap();
+    usize::try_from(reply.as_int().unwrap()).unwrap()
+}
+
+/// A release wakes one process, the one that has waited longest, not every one: the
+/// others make no attempt until their turn.
+#[tokio::test]
+async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
+    let server = RedisServer::spawn();
+    let holder_locker = connect(&server).await;
+    let mut held = holder_locker.lock("turns").await.unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut turns = Vec::new();
+    for i in 0..3 {
+        let locker = connect(&server).await;
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let got = got.clone();
+        let task = tokio::spawn(async move {
+            let guard = locker
+                .lock_with("turns", LockOptions::new().wait(30 * SEC))
+                .await
+                .unwrap();
+            got.lock().unwrap().push(i);
+            released.await.unwrap();
+            guard.release().await.unwrap();
+        });
+        eventually(5 * SEC, "the waiter's Locker to be in line", || async {
+            waiting_lockers(&server, "turns") == i + 1 && subscribers(&server, "turns") == i + 1
+        })
+        .await;
+        turns.push((release, task));
+    }
+    let before = evalsha_calls(&server);
+    held.release().await.unwrap();
+    for (i, (release, task)) in turns.into_iter().enumerate() {
+        eventually(5 * SEC, "the next in turn to take the lock", || async {
+            got.lock().unwrap().len() == i + 1
+        })
+        .await;
+        // One release and one attempt per turn: the Lockers not woken did not ask.
+        assert_eq!(
+            evalsha_calls(&server) - before,
+            2 * (i as u64 + 1),
+            "turn {i}"
+        );
+        release.send(()).unwrap();
+        timeout(5 * SEC, task).await.unwrap().unwrap();
+    }
+    assert_eq!(
+        *got.lock().unwrap(),
+        [0, 1, 2],
+        "not the longest waiting first"
+    );
+    assert_eq!(waiting_lockers(&server, "turns"), 0);
+    held = holder_locker.lock("turns").await.unwrap();
+    held.release().await.unwrap();
+}
+
+/// A Locker that is gone, and one whose waiter gave up, are passed over: the release
+/// wakes the live waiter at once.
+#[tokio::test]
+async fn a_release_passes_over_lockers_that_are_gone_or_gave_up() {
+    let server = RedisServer::spawn();
+    let (a, b, c) = (
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    );
+    let held = a.lock("skip").await.unwrap();
+    // A Locker that died while waiting: first in the set, and nobody listens for it.
+    let set = format!("{}:lockers", redis_key("skip"));
+    server
+        .cmd(&["ZADD", &set, "0", "00000000deadbeef"])
+        .unwrap();
+    // A waiter that gives up takes its Locker out of the set.
+    let gave_up = b
+        .lock_with("skip", LockOptions::new().wait(Duration::from_millis(300)))
+        .await;
+    assert!(gave_up.unwrap_err().is_timeout());
+    eventually(
+        5 * SEC,
+        "the Locker that gave up to leave the set",
+        || async { waiting_lockers(&server, "skip") == 1 },
+    )
+    .await;
+    let waiter = tokio::spawn(async move {
+        let guard = c
+            .lock_with("skip", LockOptions::new().wait(30 * SEC))
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    eventually(5 * SEC, "the live waiter to be in line", || async {
+        waiting_lockers(&server, "skip") == 2 && subscribers(&server, "skip") == 1
+    })
+    .await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (acquired_at, guard) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    assert!(
+        acquired_at - released_at < Duration::from_millis(300),
+        "woken by a poll, not by the release"
+    );
+    assert_eq!(waiting_lockers(&server, "skip"), 0);
+    guard.release().await.unwrap();
+}
+
+/// A wake-up that reaches a Locker still listening but with nobody left waiting is
+/// passed on to the next waiting Locker, not lost.
+#[tokio::test]
+async fn a_wake_up_that_finds_nobody_is_passed_on() {
+    let server = RedisServer::spawn();
+    let (a, b, c) = (
+        connect(&server).await,
+        connect(&server).await,
+        connect(&server).await,
+    );
+    let held = a.lock("relayed").await.unwrap();
+    // b waits, gives up, and keeps listening a moment (its subscription lingers); put it
+    // back first in the set, as if a release had raced its leaving.
+    let gave_up = b
+        .lock_with(
+            "relayed",
+            LockOptions::new().wait(Duration::from_millis(100)),
+        )
+        .await;
+    assert!(gave_up.unwrap_err().is_timeout());
+    let pattern = format!("{}:released:*", redis_key("relayed"));
+    let channels = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
+    let channel = channels.as_array().unwrap()[0].as_str().unwrap().to_owned();
+    let b_id = channel.rsplit(':').next().unwrap().to_owned();
+    let set = format!("{}:lockers", redis_key("relayed"));
+    eventually(5 * SEC, "b to leave the set", || async {
+        waiting_lockers(&server, "relayed") == 0
+    })
+    .await;
+    server.cmd(&["ZADD", &set, "0", &b_id]).unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = c
+            .lock_with("relayed", LockOptions::new().wait(30 * SEC))
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    eventually(5 * SEC, "c to be in line behind b", || async {
+        waiting_lockers(&server, "relayed") == 2 && subscribers(&server, "relayed") == 2
+    })
+    .await;
+    let before = evalsha_calls(&server);
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (acquired_at, guard) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    assert!(
+        acquired_at - released_at < Duration::from_millis(300),
+        "the wake-up was lost on b: c was woken by a poll"
+    );
+    // The release, b passing it on, and c's attempt.
+    assert_eq!(evalsha_calls(&server) - before, 3);
+    guard.release().await.unwrap();
 }

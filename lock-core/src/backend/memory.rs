@@ -151,7 +151,9 @@ impl MemoryBackend {
     fn announce(&self, name: &str, handed: Option<HandOver>) {
         match handed {
             Some((token, grant)) => self.waiters.deliver(name, &token, grant),
-            None => self.waiters.wake_one(name),
+            None => {
+                self.waiters.wake_one(name);
+            }
         }
     }
 
@@ -200,7 +202,7 @@ impl MemoryBackend {
                         clock_us: mode.is_fair().then_some(clock_us),
                     }
                 }
-                (None, Mode::Plain) => Attempt::Acquired {
+                (None, Mode::Plain { .. }) => Attempt::Acquired {
                     fence: entry.take(token, lease, now, fence_ttl),
                     left: None,
                 },
@@ -333,14 +335,15 @@ mod tests {
     async fn lease_expiry_frees_the_lock_and_fences_increase() {
         let m = MemoryBackend::new(Duration::from_secs(3600));
         let k: Arc<str> = "k".into();
-        let f1 = acquired(m.try_acquire(&k, "a", SEC, Mode::Plain));
-        let Attempt::Held { ttl, .. } = m.try_acquire(&k, "b", SEC, Mode::Plain) else {
+        let f1 = acquired(m.try_acquire(&k, "a", SEC, Mode::Plain { waits: false }));
+        let Attempt::Held { ttl, .. } = m.try_acquire(&k, "b", SEC, Mode::Plain { waits: false })
+        else {
             panic!("acquired a held lock");
         };
         assert_eq!(ttl, Some(SEC));
         tokio::time::advance(SEC).await;
         assert!(!m.is_held("k", "a"));
-        let f2 = acquired(m.try_acquire(&k, "b", SEC, Mode::Plain));
+        let f2 = acquired(m.try_acquire(&k, "b", SEC, Mode::Plain { waits: false }));
         assert!(f2 > f1);
         assert!(!m.release("k", "a", false), "a stale owner released");
         assert!(
@@ -355,10 +358,10 @@ mod tests {
     async fn fence_survives_counter_expiry() {
         let m = MemoryBackend::new(Duration::from_secs(10));
         let k: Arc<str> = "k".into();
-        let f1 = acquired(m.try_acquire(&k, "a", SEC, Mode::Plain));
+        let f1 = acquired(m.try_acquire(&k, "a", SEC, Mode::Plain { waits: false }));
         assert!(m.release("k", "a", false));
         tokio::time::advance(Duration::from_secs(11)).await;
-        let f2 = acquired(m.try_acquire(&k, "b", SEC, Mode::Plain));
+        let f2 = acquired(m.try_acquire(&k, "b", SEC, Mode::Plain { waits: false }));
         assert!(f2 > f1, "{f2} <= {f1}");
     }
 
@@ -399,7 +402,7 @@ mod tests {
         assert!(!m.leave("k", "c"));
         assert!(m.release("k", "b", true));
         assert!(!m.is_held("k", "c"));
-        acquired(m.try_acquire(&k, "d", SEC, Mode::Plain));
+        acquired(m.try_acquire(&k, "d", SEC, Mode::Plain { waits: false }));
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,6 +2,7 @@
 //! so the hot path has no boxing and no dynamic dispatch.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::LockError;
@@ -17,8 +18,9 @@ pub(crate) const PLACE_IN_LINE: Duration = Duration::from_secs(5);
 /// How an attempt asks for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// Whoever asks first once the lock is free gets it.
-    Plain,
+    /// Whoever asks first once the lock is free gets it. `waits`: the caller waits if it
+    /// is held (so its process is to be woken when it is freed).
+    Plain { waits: bool },
     /// In line, first come first served; the caller keeps its place for `place` (zero:
     /// one attempt, without queueing).
     Fair { place: Duration },
@@ -169,6 +171,7 @@ impl Backend {
             slot,
             way,
             joined_subscribed,
+            held: AtomicBool::new(false),
         }
     }
 
@@ -216,6 +219,8 @@ pub(crate) struct WaitTicket<'a> {
     /// try again before waiting: in steady contention that saves one command per
     /// acquisition.
     pub(crate) joined_subscribed: bool,
+    /// It got the lock: leaving is not giving up.
+    held: AtomicBool,
 }
 
 /// How the lock can come to a waiter besides its own attempts.
@@ -249,6 +254,7 @@ impl WaitTicket<'_> {
 
     /// The waiter took the lock: leaving is not giving up.
     pub(crate) fn succeeded(&self) {
+        self.held.store(true, Ordering::Relaxed);
         if let Way::Pass(passer) = &self.way {
             passer.done();
         }
@@ -292,7 +298,7 @@ impl Drop for WaitTicket<'_> {
             Way::Wake => {}
         }
         match self.backend {
-            Backend::Redis(r) => r.leave(&self.key, &self.slot),
+            Backend::Redis(r) => r.leave(&self.key, &self.slot, !self.held.load(Ordering::Relaxed)),
             Backend::Memory(m) => m.waiters.leave(&self.key, &self.slot, false, |_| {}),
         }
     }

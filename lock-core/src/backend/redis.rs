@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -23,24 +23,40 @@ use crate::waiters::{AfterPass, Edge, Grant, Passer, Slot, Waiters};
 
 const ACQUIRE: &str = concat!(
     include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/lockers.lua"),
     include_str!("../scripts/acquire.lua")
 );
 const FAIR: &str = concat!(
     include_str!("../scripts/fence.lua"),
+    include_str!("../scripts/lockers.lua"),
     include_str!("../scripts/fair.lua")
 );
 const PASS: &str = concat!(
     include_str!("../scripts/fence.lua"),
     include_str!("../scripts/pass.lua")
 );
-const RELEASE: &str = include_str!("../scripts/release.lua");
+const RELEASE: &str = concat!(
+    include_str!("../scripts/lockers.lua"),
+    include_str!("../scripts/release.lua")
+);
 const EXTEND: &str = include_str!("../scripts/extend.lua");
+const FORWARD: &str = concat!(
+    include_str!("../scripts/lockers.lua"),
+    include_str!("../scripts/forward.lua")
+);
 
 /// Suffix of a lock's fence counter key.
 const FENCE_SUFFIX: &str = ":fence";
-/// Suffix of a lock's release channel. A fair lock is handed over to a waiter on the
-/// channel of its `Locker`: this suffix, `:`, and the `Locker`'s id.
+/// Suffix of a lock's release channel. A `Locker` listens on its own: this suffix, `:`,
+/// and the `Locker`'s id; a release wakes one `Locker` there, and a fair lock is handed
+/// over to a waiter on its `Locker`'s.
 const CHANNEL_SUFFIX: &str = ":released";
+/// Suffix of the set of `Locker`s that have tasks waiting for a lock, oldest first.
+const LOCKERS_SUFFIX: &str = ":lockers";
+/// How long a `Locker` stays in that set unless one of its waiters asks again (each does
+/// at least every safety poll); also how long a fair lock's line lasts, which must outlast
+/// every place in it.
+const WAITING_LOCKER: Duration = Duration::from_secs(PLACE_IN_LINE.as_secs() * 2);
 /// Suffix of a fair lock's line of waiting tokens.
 const LINE_SUFFIX: &str = ":queue";
 /// Suffix of a fair lock's places in line (when each runs out, and its lease).
@@ -59,6 +75,7 @@ struct Scripts {
     extend: Script,
     fair: Script,
     pass: Script,
+    forward: Script,
 }
 
 impl Scripts {
@@ -80,13 +97,14 @@ impl Scripts {
             .key(format!("{key}{LINE_SUFFIX}"))
             .key(format!("{key}{PLACES_SUFFIX}"))
             .key(format!("{key}{CHANNEL_SUFFIX}"))
+            .key(format!("{key}{LOCKERS_SUFFIX}"))
             .arg(name)
             .arg(token)
             .arg(lease_ms)
             .arg(fence_ttl_ms)
             // zero means "do not queue": not rounded up as leases are
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
-            .arg(millis(PLACE_IN_LINE * 2))
+            .arg(millis(WAITING_LOCKER))
             .arg(locker);
         call
     }
@@ -180,6 +198,7 @@ impl RedisBackend {
             extend: Script::new(EXTEND),
             fair: Script::new(FAIR),
             pass: Script::new(PASS),
+            forward: Script::new(FORWARD),
         });
         let waiters = Arc::new(Waiters::default());
         let channels = Channels::new();
@@ -207,6 +226,7 @@ impl RedisBackend {
                 &backend.scripts.extend,
                 &backend.scripts.fair,
                 &backend.scripts.pass,
+                &backend.scripts.forward,
             ] {
                 script
                     .prepare_invoke()
@@ -311,7 +331,7 @@ impl RedisBackend {
     }
 
     pub(crate) async fn try_acquire(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         token: &str,
         lease: Duration,
@@ -338,15 +358,18 @@ impl RedisBackend {
                     armed: true,
                 };
                 let reply: (i64, i64, Option<i64>) = match mode {
-                    Mode::Plain => {
+                    Mode::Plain { waits } => {
                         let (acquired, value): (i64, i64) = self
                             .scripts
                             .acquire
                             .key(&key)
                             .key(format!("{key}{FENCE_SUFFIX}"))
+                            .key(format!("{key}{LOCKERS_SUFFIX}"))
                             .arg(token)
                             .arg(millis(lease))
                             .arg(fence_ttl_ms)
+                            .arg(if waits { self.listening_id() } else { "" })
+                            .arg(millis(WAITING_LOCKER))
                             .invoke_async(&mut pending.conn)
                             .await?;
                         (acquired, value, None)
@@ -512,9 +535,93 @@ impl RedisBackend {
     /// Gives lock `key` back as `how` says, on the shared connection.
     async fn give_back(&self, key: &str, token: &str, how: GiveBack) -> Result<bool, LockError> {
         let mut conn = self.conn().await?;
-        give_back_on(&self.scripts, &mut conn, key, token, how, self.fence_ttl_ms)
+        self.give_back_on(&mut conn, key, token, how)
             .await
             .map_err(|e| self.error("release", e))
+    }
+
+    /// Gives lock `key` back on `conn`, if `token` holds it (or, leaving, takes `token`
+    /// out of its line); says whether `token` held it.
+    async fn give_back_on(
+        &self,
+        conn: &mut MultiplexedConnection,
+        key: &str,
+        token: &str,
+        how: GiveBack,
+    ) -> Result<bool, RedisError> {
+        let call = match how {
+            GiveBack::Release => {
+                let own_waits = self
+                    .hub
+                    .is_some()
+                    .then(|| self.waiters.slot(key))
+                    .flatten()
+                    .is_some_and(|slot| slot.has_waiters());
+                let mut call = self.scripts.release.prepare_invoke();
+                call.key(key)
+                    .key(format!("{key}{LOCKERS_SUFFIX}"))
+                    .key(format!("{key}{CHANNEL_SUFFIX}"))
+                    .arg(token)
+                    .arg(self.listening_id())
+                    .arg(if own_waits { "1" } else { "0" })
+                    .arg(millis(WAITING_LOCKER));
+                call
+            }
+            GiveBack::FairRelease => {
+                self.scripts
+                    .fair(key, FairOp::Release { token }, self.fence_ttl_ms)
+            }
+            GiveBack::Leave => self
+                .scripts
+                .fair(key, FairOp::Leave { token }, self.fence_ttl_ms),
+        };
+        let reply: i64 = call.invoke_async(conn).await?;
+        Ok(reply == 1)
+    }
+
+    /// Passes on, in the background, a wake-up for lock `key` that found no local waiter.
+    fn forward_detached(self: &Arc<Self>, key: &str) {
+        self.spare_a_poll(
+            key,
+            "pass on a wake-up",
+            |backend, key, mut conn| async move {
+                backend
+                    .scripts
+                    .forward
+                    .key(format!("{key}{LOCKERS_SUFFIX}"))
+                    .key(format!("{key}{CHANNEL_SUFFIX}"))
+                    .arg(&*backend.channels.id)
+                    .invoke_async(&mut conn)
+                    .await
+            },
+        );
+    }
+
+    /// Runs `op` for lock `key` in the background, on the shared connection. A failure is
+    /// only logged: these calls spare some waiter a poll, and the poll still comes.
+    fn spare_a_poll<F, Fut>(self: &Arc<Self>, key: &str, what: &'static str, op: F)
+    where
+        F: Fn(Arc<Self>, String, MultiplexedConnection) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<i64, RedisError>> + Send + 'static,
+    {
+        let (backend, key) = (self.clone(), key.to_owned());
+        self.detached.spawn(&key.clone(), async move {
+            let done = backend
+                .run(what, |conn| op(backend.clone(), key.clone(), conn))
+                .await;
+            if let Err(e) = done {
+                tracing::debug!(key = %key, error = %e, "could not {what}; waiters poll");
+            }
+        });
+    }
+
+    /// This `Locker`'s id, under which a release can wake it; empty without pub/sub.
+    fn listening_id(&self) -> &str {
+        if self.hub.is_some() {
+            &self.channels.id
+        } else {
+            ""
+        }
     }
 
     fn give_back_detached(self: &Arc<Self>, key: String, token: &str, how: GiveBack) {
@@ -612,12 +719,12 @@ impl RedisBackend {
 
     /// Registers a waiter for `name` and makes sure release messages for it are delivered.
     /// Also says whether it joined waiters that were already receiving them.
-    pub(crate) fn join(&self, name: &str) -> (Arc<str>, Arc<Slot>, bool) {
+    pub(crate) fn join(self: &Arc<Self>, name: &str) -> (Arc<str>, Arc<Slot>, bool) {
         let key: Arc<str> = self.lock_key(name).into();
         let mut joined_others = false;
         let slot = match &self.hub {
             Some(hub) => {
-                hub.ensure_running();
+                hub.ensure_running(Arc::downgrade(self));
                 self.waiters.join(&key, |edge| match edge {
                     Edge::Changed => hub.send(HubCmd::Subscribe(key.clone())),
                     Edge::Unchanged => joined_others = true,
@@ -629,12 +736,30 @@ impl RedisBackend {
         (key, slot, subscribed)
     }
 
-    pub(crate) fn leave(&self, key: &Arc<str>, slot: &Arc<Slot>) {
+    /// Unregisters a waiter of lock `key`. When the last local one leaves without the
+    /// lock (`gave_up`), this `Locker` is taken out of the lock's waiting `Locker`s, so
+    /// that no release wakes it for nothing.
+    pub(crate) fn leave(self: &Arc<Self>, key: &Arc<str>, slot: &Arc<Slot>, gave_up: bool) {
+        let mut last = false;
         self.waiters.leave(key, slot, self.hub.is_some(), |edge| {
             if let (Some(hub), Edge::Changed) = (&self.hub, edge) {
                 hub.send(HubCmd::Idle(key.clone()));
+                last = true;
             }
         });
+        if last && gave_up {
+            self.spare_a_poll(
+                key,
+                "leave the waiting lockers",
+                |backend, key, mut conn| async move {
+                    redis::cmd("ZREM")
+                        .arg(format!("{key}{LOCKERS_SUFFIX}"))
+                        .arg(&*backend.channels.id)
+                        .query_async(&mut conn)
+                        .await
+                },
+            );
+        }
     }
 
     /// Whether waiters can count on release messages (a url was given for pub/sub).
@@ -643,34 +768,9 @@ impl RedisBackend {
     }
 }
 
-/// Gives lock `key` back on `conn`, if `token` holds it (or, leaving, takes `token` out
-/// of its line); says whether `token` held it.
-async fn give_back_on(
-    scripts: &Scripts,
-    conn: &mut MultiplexedConnection,
-    key: &str,
-    token: &str,
-    how: GiveBack,
-    fence_ttl_ms: u64,
-) -> Result<bool, RedisError> {
-    let call = match how {
-        GiveBack::Release => {
-            let mut call = scripts.release.prepare_invoke();
-            call.key(key)
-                .key(format!("{key}{CHANNEL_SUFFIX}"))
-                .arg(token);
-            call
-        }
-        GiveBack::FairRelease => scripts.fair(key, FairOp::Release { token }, fence_ttl_ms),
-        GiveBack::Leave => scripts.fair(key, FairOp::Leave { token }, fence_ttl_ms),
-    };
-    let reply: i64 = call.invoke_async(conn).await?;
-    Ok(reply == 1)
-}
-
 /// Gives a lock back by token if an acquire was cut short after it was sent.
 struct PendingAcquire<'a> {
-    backend: &'a RedisBackend,
+    backend: &'a Arc<RedisBackend>,
     conn: MultiplexedConnection,
     key: &'a str,
     token: &'a str,
@@ -683,12 +783,11 @@ impl Drop for PendingAcquire<'_> {
         if !self.armed {
             return;
         }
-        let scripts = self.backend.scripts.clone();
+        let backend = self.backend.clone();
         let mut conn = self.conn.clone();
         let (key, token, how) = (self.key.to_owned(), self.token.to_owned(), self.how);
-        let fence_ttl_ms = self.backend.fence_ttl_ms;
         self.backend.detached.spawn(self.key, async move {
-            if let Err(e) = give_back_on(&scripts, &mut conn, &key, &token, how, fence_ttl_ms).await {
+            if let Err(e) = backend.give_back_on(&mut conn, &key, &token, how).await {
                 tracing::warn!(key = %key, error = %e, "could not give back an interrupted acquire; the lease will expire");
             }
         });
@@ -782,7 +881,8 @@ impl Hub {
     }
 
     /// Starts the hub task if it is not running (first use, or its runtime is gone).
-    fn ensure_running(&self) {
+    /// `backend` passes on wake-ups that find no waiter.
+    fn ensure_running(&self, backend: Weak<RedisBackend>) {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         if tx.as_ref().is_some_and(|tx| !tx.is_closed()) {
             return;
@@ -800,6 +900,7 @@ impl Hub {
             self.waiters.clone(),
             self.connect_timeout,
             self.channels.clone(),
+            backend,
             rx,
         ));
         *tx = Some(new_tx);
@@ -813,9 +914,9 @@ impl Hub {
     }
 }
 
-/// The release channels a `Locker` listens to for a lock: the lock's own, and the one on
-/// which the lock is handed over to this `Locker`'s fair waiters (so a hand-over wakes
-/// one process, not every one that waits for the lock).
+/// The channel a `Locker` listens to for a lock: its own, on which a release wakes it and
+/// a fair lock is handed over to its waiters (so a release wakes one process, not every
+/// one that waits for the lock).
 #[derive(Debug, Clone)]
 struct Channels {
     id: Arc<str>,
@@ -832,19 +933,14 @@ impl Channels {
         }
     }
 
-    /// Both channels of lock `key`.
-    fn of(&self, key: &str) -> [String; 2] {
-        [
-            format!("{key}{CHANNEL_SUFFIX}"),
-            format!("{key}{}", self.own_suffix),
-        ]
+    /// This `Locker`'s channel of lock `key`.
+    fn of(&self, key: &str) -> String {
+        format!("{key}{}", self.own_suffix)
     }
 
     /// The lock whose channel this is.
     fn key_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
-        channel
-            .strip_suffix(&*self.own_suffix)
-            .or_else(|| channel.strip_suffix(CHANNEL_SUFFIX))
+        channel.strip_suffix(&*self.own_suffix)
     }
 }
 
@@ -860,6 +956,7 @@ async fn run_hub(
     waiters: Arc<Waiters>,
     connect_timeout: Duration,
     channels: Channels,
+    backend: Weak<RedisBackend>,
     mut rx: mpsc::UnboundedReceiver<HubCmd>,
 ) {
     const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -945,7 +1042,13 @@ async fn run_hub(
                 if let Some(key) = channels.key_of(msg.get_channel_name()) {
                     match hand_over(msg.get_payload_bytes()) {
                         Some((token, grant)) => waiters.deliver(key, token, grant),
-                        None => waiters.wake_one(key),
+                        None => {
+                            if !waiters.wake_one(key)
+                                && let Some(backend) = backend.upgrade()
+                            {
+                                backend.forward_detached(key);
+                            }
+                        }
                     }
                 }
             }
@@ -989,7 +1092,7 @@ async fn connect_pubsub(
 ) -> Result<(PubSubSink, PubSubStream), RedisError> {
     let connect = async {
         let (mut sink, stream) = client.get_async_pubsub().await?.split();
-        let names: Vec<String> = keys.iter().flat_map(|k| channels.of(k)).collect();
+        let names: Vec<String> = keys.iter().map(|k| channels.of(k)).collect();
         sink.subscribe(&names).await?;
         Ok((sink, stream))
     };
@@ -1023,14 +1126,14 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_is_found_from_either_of_its_channels() {
+    fn a_lock_is_found_from_its_lockers_channel() {
         let channels = Channels::new();
-        let [shared, own] = channels.of("lock:{a:released}");
-        assert_eq!(shared, "lock:{a:released}:released");
-        assert_eq!(channels.key_of(&shared), Some("lock:{a:released}"));
+        let own = channels.of("lock:{a:released}");
+        assert_eq!(own, format!("lock:{{a:released}}:released:{}", channels.id));
         assert_eq!(channels.key_of(&own), Some("lock:{a:released}"));
-        let other = Channels::new().of("lock:{a}")[1].clone();
+        let other = Channels::new().of("lock:{a}");
         assert_eq!(channels.key_of(&other), None, "another Locker's channel");
+        assert_eq!(channels.key_of("lock:{a}:released"), None);
     }
 
     #[test]

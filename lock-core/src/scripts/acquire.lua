@@ -1,9 +1,12 @@
 -- Take an exclusive lock and draw its fencing token, in one round trip.
--- KEYS[1] lock key        P{N}        string holding the owner's token
--- KEYS[2] fence counter   P{N}:fence  integer, strictly increasing per lock
+-- KEYS[1] lock key        P{N}
+-- KEYS[2] fence counter   P{N}:fence
+-- KEYS[3] waiting Lockers P{N}:lockers
 -- ARGV[1] owner token (uuid v4, one per acquisition)
 -- ARGV[2] lease in milliseconds
 -- ARGV[3] expiry of the fence counter in milliseconds (renewed every 64 tokens)
+-- ARGV[4] the caller's Locker, to wake when the lock is freed ('': the caller will not wait)
+-- ARGV[5] expiry of the waiting Lockers' set in milliseconds
 -- Returns {1, fence} when acquired, {0, pttl of the holder} when held.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, draw_fence(KEYS[2], ARGV[3])}
@@ -13,5 +16,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   -- the first attempt went through, and its token is the counter's current value.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, current_fence(KEYS[2], ARGV[3])}
+end
+if ARGV[4] ~= '' then
+  register(KEYS[3], ARGV[4], ARGV[5])
 end
 return {0, redis.call('PTTL', KEYS[1])}

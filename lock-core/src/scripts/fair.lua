@@ -8,19 +8,21 @@
 -- KEYS[3] line            P{N}:queue     list of waiting tokens, first come first
 -- KEYS[4] places          P{N}:waiters   hash: token -> "<runs out, server us>:<lease ms>:<locker>"
 -- KEYS[5] channel         P{N}:released  (a hand-over goes to P{N}:released:<locker>)
+-- KEYS[6] waiting Lockers P{N}:lockers   (so that a plain release wakes fair waiters too)
 -- ARGV[1] 'acquire', 'release', or 'leave' (stop waiting; give the lock back if handed over)
 -- ARGV[2] the caller's token
 -- ARGV[3] the caller's lease in milliseconds (acquire)
 -- ARGV[4] expiry of the fence counter in milliseconds (a hand-over draws a token too)
 -- ARGV[5] how long the caller's place in line lasts, in milliseconds; 0: do not queue (acquire)
--- ARGV[6] expiry of the line's keys in milliseconds, longer than any place (acquire)
+-- ARGV[6] expiry of the line's keys and of the waiting Lockers' set in milliseconds,
+--         longer than any place (acquire)
 -- ARGV[7] the caller's Locker: a hex id naming the channel of its hand-overs (acquire)
 -- Returns, for 'acquire': {1, fence, lease left in ms} when the caller holds the lock (taken
 -- now, or handed to it earlier); {0, pttl of the holder, server time in us} when it waits.
 -- For 'release' and 'leave': 1 when the caller held the lock (now passed on), 0 otherwise.
 -- A hand-over publishes "<token> <fence> <server time in us>" on the waiter's Locker's
--- channel; a release that finds nobody in line frees the lock and publishes '' on the
--- lock's channel, as the plain lock does.
+-- channel; a release that finds nobody in line frees the lock and, as the plain release
+-- does, wakes the Locker that has waited longest (plain waiters wait in line nowhere).
 local lock, counter, line, places, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, token = ARGV[1], ARGV[2]
 local clock = redis.call('TIME')
@@ -88,6 +90,7 @@ if op == 'acquire' then
     end
     redis.call('PEXPIRE', line, ARGV[6])
     redis.call('PEXPIRE', places, ARGV[6])
+    register(KEYS[6], ARGV[7], ARGV[6])
   end
   return {0, redis.call('PTTL', lock), now}
 end
@@ -104,6 +107,6 @@ if head then
   hand_over(head, lease, locker)
 else
   redis.call('DEL', lock)
-  redis.call('PUBLISH', channel, '')
+  wake_a_locker(KEYS[6], channel, '')
 end
 return 1

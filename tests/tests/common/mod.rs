@@ -56,3 +56,11 @@ pub(crate) async fn count_under_lock(
     let total = server.cmd(&["GET", "counter"]).unwrap();
     total.as_str().and_then(|t| t.parse().ok()).unwrap_or(0)
 }
+
+/// How many `Locker`s listen for releases of lock `name` (default namespace): each
+/// subscribes to a channel of its own, `lock:{name}:released:<its id>`.
+pub(crate) fn subscribed_lockers(server: &RedisServer, name: &str) -> usize {
+    let pattern = format!("lock:{{{name}}}:released:*");
+    let reply = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
+    reply.as_array().unwrap().len()
+}
