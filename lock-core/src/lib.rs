@@ -38,8 +38,9 @@
 //!   the guard is **lost**: [`LockGuard::lost`] resolves and [`Locker::with_lock`]
 //!   cancels its future.
 //! - **Waiters** are woken by the release script's `PUBLISH`, through one pub/sub
-//!   connection per `Locker`, one waiter per release; a jittered poll bounded by the
-//!   holder's lease is the safety net for a missed message. A release whose `Locker`
+//!   connection per `Locker`: a release wakes one waiter of the `Locker` that has waited
+//!   longest (the others make no attempt); a jittered poll bounded by the holder's lease
+//!   is the safety net for a missed message. A release whose `Locker`
 //!   has a task waiting for the lock **passes** it to that task instead, in the same
 //!   one round trip (owner and fencing token set by one script, no message), up to
 //!   [`LockerBuilder::local_handoffs`] times in a row.
