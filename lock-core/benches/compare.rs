@@ -412,6 +412,18 @@ impl Stats {
     async fn snapshot(&mut self) -> BTreeMap<String, (u64, u64)> {
         // Let background work of the previous step (dropped guards' releases) land first.
         tokio::time::sleep(Duration::from_millis(100)).await;
+        self.read().await
+    }
+
+    /// How many `command` calls Redis has run, now.
+    async fn calls(&mut self, command: &str) -> u64 {
+        self.read()
+            .await
+            .get(command)
+            .map_or(0, |(calls, _)| *calls)
+    }
+
+    async fn read(&mut self) -> BTreeMap<String, (u64, u64)> {
         let text: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut self.conn)
@@ -1114,9 +1126,16 @@ mod memory {
                     let future = locker.lock_with("mem:held", LockOptions::new());
                     println!("future_bytes {}", std::mem::size_of_val(&future));
                     drop(future);
+                    let mut stats = Stats::connect(url).await;
                     let before = rss_bytes();
-                    let tasks: Vec<_> = (0..n)
-                        .map(|_| {
+                    // Waiters arrive 64 at a time, as guards are taken, each batch once
+                    // the previous one's first attempts were answered: 10,000 attempts
+                    // in flight at once would leave their request buffers in the RSS.
+                    let mut tasks = Vec::with_capacity(n);
+                    while tasks.len() < n {
+                        let batch = (n - tasks.len()).min(64);
+                        let asked = stats.calls("evalsha").await;
+                        tasks.extend((0..batch).map(|_| {
                             let locker = locker.clone();
                             tokio::spawn(async move {
                                 let _ = locker
@@ -1126,8 +1145,11 @@ mod memory {
                                     )
                                     .await;
                             })
-                        })
-                        .collect();
+                        }));
+                        while stats.calls("evalsha").await < asked + batch as u64 {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
                     tokio::time::sleep(settle).await;
                     let delta = rss_bytes() - before;
                     drop(tasks);
