@@ -22,7 +22,7 @@ const LOST: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct Lease {
     pub(crate) name: Arc<str>,
-    pub(crate) token: String,
+    pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
     pub(crate) context: Context,
     pub(crate) watchdog: bool,
@@ -46,7 +46,7 @@ impl Lease {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: Arc<str>,
-        token: String,
+        token: Arc<str>,
         fence: u64,
         context: Context,
         opts: &Resolved,

@@ -240,7 +240,11 @@ impl Locker {
         let acq = Acquisition {
             locker: self,
             name,
-            token: uuid::Uuid::new_v4().to_string().into(),
+            token: Arc::from(
+                &*uuid::Uuid::new_v4()
+                    .hyphenated()
+                    .encode_lower(&mut uuid::Uuid::encode_buffer()),
+            ),
             context,
             opts,
             start,
@@ -313,7 +317,7 @@ impl Acquisition<'_> {
         tracing::debug!(key = %self.name, fence, "lock acquired");
         Arc::new(Lease::new(
             self.name.clone(),
-            self.token.to_string(),
+            self.token.clone(),
             fence,
             self.context,
             &self.opts,

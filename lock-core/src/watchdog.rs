@@ -137,7 +137,7 @@ async fn renew(inner: Arc<Inner>, batch: Vec<Arc<Lease>>, sent_at: Instant) {
     let items: Vec<(&str, &str, Duration)> = batch
         .iter()
         .zip(&leases)
-        .map(|(l, d)| (&*l.name, l.token.as_str(), *d))
+        .map(|(l, d)| (&*l.name, &*l.token, *d))
         .collect();
     // A reply later than this is of no use: the next check sends a fresh renewal.
     let patience = leases.iter().min().map_or(Duration::ZERO, |d| *d / 3);

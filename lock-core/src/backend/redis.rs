@@ -78,9 +78,57 @@ struct Scripts {
     forward: Script,
 }
 
+/// One call of a script: `EVALSHA` with the keys and arguments written straight into one
+/// command (a redis-rs `ScriptInvocation` allocates for each of them, then copies them).
+struct Call<'a> {
+    script: &'a Script,
+    cmd: redis::Cmd,
+}
+
+impl<'a> Call<'a> {
+    /// `script` on the keys of lock `key` with these `suffixes` (`""`: the lock key).
+    fn new(script: &'a Script, key: &str, suffixes: &[&str]) -> Self {
+        let mut cmd = redis::Cmd::with_capacity(
+            12,
+            128 + suffixes.iter().map(|s| key.len() + s.len()).sum::<usize>(),
+        );
+        cmd.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(suffixes.len());
+        let mut name = String::with_capacity(key.len() + 16);
+        for suffix in suffixes {
+            name.clear();
+            name.push_str(key);
+            name.push_str(suffix);
+            cmd.arg(name.as_str());
+        }
+        Self { script, cmd }
+    }
+
+    fn arg(mut self, arg: impl redis::ToRedisArgs) -> Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Runs the call. A server that lost its script cache (a restart, `SCRIPT FLUSH`) is
+    /// given the script again, and the call is repeated.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<T, RedisError> {
+        match self.cmd.query_async(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.script.prepare_invoke().load_async(conn).await?;
+                self.cmd.query_async(conn).await
+            }
+            reply => reply,
+        }
+    }
+}
+
 impl Scripts {
     /// The fair script's `op` on lock `key`, with the arguments of its header.
-    fn fair(&self, key: &str, op: FairOp<'_>, fence_ttl_ms: u64) -> redis::ScriptInvocation<'_> {
+    fn fair(&self, key: &str, op: FairOp<'_>, fence_ttl_ms: u64) -> Call<'_> {
         let (name, token, lease_ms, place, locker) = match op {
             FairOp::Acquire {
                 token,
@@ -91,13 +139,15 @@ impl Scripts {
             FairOp::Release { token } => ("release", token, 0, Duration::ZERO, ""),
             FairOp::Leave { token } => ("leave", token, 0, Duration::ZERO, ""),
         };
-        let mut call = self.fair.prepare_invoke();
-        call.key(key)
-            .key(format!("{key}{FENCE_SUFFIX}"))
-            .key(format!("{key}{LINE_SUFFIX}"))
-            .key(format!("{key}{PLACES_SUFFIX}"))
-            .key(format!("{key}{CHANNEL_SUFFIX}"))
-            .key(format!("{key}{LOCKERS_SUFFIX}"))
+        let keys = [
+            "",
+            FENCE_SUFFIX,
+            LINE_SUFFIX,
+            PLACES_SUFFIX,
+            CHANNEL_SUFFIX,
+            LOCKERS_SUFFIX,
+        ];
+        Call::new(&self.fair, key, &keys)
             .arg(name)
             .arg(token)
             .arg(lease_ms)
@@ -105,8 +155,7 @@ impl Scripts {
             // zero means "do not queue": not rounded up as leases are
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
             .arg(millis(WAITING_LOCKER))
-            .arg(locker);
-        call
+            .arg(locker)
     }
 }
 
@@ -359,19 +408,16 @@ impl RedisBackend {
                 };
                 let reply: (i64, i64, Option<i64>) = match mode {
                     Mode::Plain { waits } => {
-                        let (acquired, value): (i64, i64) = self
-                            .scripts
-                            .acquire
-                            .key(&key)
-                            .key(format!("{key}{FENCE_SUFFIX}"))
-                            .key(format!("{key}{LOCKERS_SUFFIX}"))
-                            .arg(token)
-                            .arg(millis(lease))
-                            .arg(fence_ttl_ms)
-                            .arg(if waits { self.listening_id() } else { "" })
-                            .arg(millis(WAITING_LOCKER))
-                            .invoke_async(&mut pending.conn)
-                            .await?;
+                        let keys = ["", FENCE_SUFFIX, LOCKERS_SUFFIX];
+                        let (acquired, value): (i64, i64) =
+                            Call::new(&self.scripts.acquire, &key, &keys)
+                                .arg(token)
+                                .arg(millis(lease))
+                                .arg(fence_ttl_ms)
+                                .arg(if waits { self.listening_id() } else { "" })
+                                .arg(millis(WAITING_LOCKER))
+                                .run(&mut pending.conn)
+                                .await?;
                         (acquired, value, None)
                     }
                     Mode::Fair { place } => {
@@ -387,7 +433,7 @@ impl RedisBackend {
                                 },
                                 fence_ttl_ms,
                             )
-                            .invoke_async(&mut pending.conn)
+                            .run(&mut pending.conn)
                             .await?;
                         (acquired, value, Some(clock))
                     }
@@ -497,15 +543,12 @@ impl RedisBackend {
         let sent_at = tokio::time::Instant::now();
         let reply = async {
             let mut conn = self.conn().await?;
-            self.scripts
-                .pass
-                .key(key)
-                .key(format!("{key}{FENCE_SUFFIX}"))
+            Call::new(&self.scripts.pass, key, &["", FENCE_SUFFIX])
                 .arg(token)
                 .arg(&*passer.token)
                 .arg(millis(passer.lease))
                 .arg(fence_ttl_ms)
-                .invoke_async::<u64>(&mut conn)
+                .run::<u64>(&mut conn)
                 .await
                 .map_err(|e| self.error("release", e))
         }
@@ -557,15 +600,12 @@ impl RedisBackend {
                     .then(|| self.waiters.slot(key))
                     .flatten()
                     .is_some_and(|slot| slot.has_waiters());
-                let mut call = self.scripts.release.prepare_invoke();
-                call.key(key)
-                    .key(format!("{key}{LOCKERS_SUFFIX}"))
-                    .key(format!("{key}{CHANNEL_SUFFIX}"))
+                let keys = ["", LOCKERS_SUFFIX, CHANNEL_SUFFIX];
+                Call::new(&self.scripts.release, key, &keys)
                     .arg(token)
                     .arg(self.listening_id())
                     .arg(if own_waits { "1" } else { "0" })
-                    .arg(millis(WAITING_LOCKER));
-                call
+                    .arg(millis(WAITING_LOCKER))
             }
             GiveBack::FairRelease => {
                 self.scripts
@@ -575,7 +615,7 @@ impl RedisBackend {
                 .scripts
                 .fair(key, FairOp::Leave { token }, self.fence_ttl_ms),
         };
-        let reply: i64 = call.invoke_async(conn).await?;
+        let reply: i64 = call.run(conn).await?;
         Ok(reply == 1)
     }
 
@@ -585,14 +625,14 @@ impl RedisBackend {
             key,
             "pass on a wake-up",
             |backend, key, mut conn| async move {
-                backend
-                    .scripts
-                    .forward
-                    .key(format!("{key}{LOCKERS_SUFFIX}"))
-                    .key(format!("{key}{CHANNEL_SUFFIX}"))
-                    .arg(&*backend.channels.id)
-                    .invoke_async(&mut conn)
-                    .await
+                Call::new(
+                    &backend.scripts.forward,
+                    &key,
+                    &[LOCKERS_SUFFIX, CHANNEL_SUFFIX],
+                )
+                .arg(&*backend.channels.id)
+                .run(&mut conn)
+                .await
             },
         );
     }
@@ -648,12 +688,10 @@ impl RedisBackend {
         let key = &self.lock_key(name);
         let reply: i64 = self
             .run("extend", |mut conn| async move {
-                self.scripts
-                    .extend
-                    .key(key)
+                Call::new(&self.scripts.extend, key, &[""])
                     .arg(token)
                     .arg(millis(lease))
-                    .invoke_async(&mut conn)
+                    .run(&mut conn)
                     .await
             })
             .await?;
