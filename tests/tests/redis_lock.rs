@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{LockOptions, Locker};
+use lock_core::{LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, eventually};
 use tokio::time::{Instant, timeout};
 
@@ -276,37 +276,21 @@ async fn fencing_tokens_survive_a_server_restart() {
 async fn a_release_wakes_the_waiter_without_polling_and_waiters_do_not_hammer() {
     let server = RedisServer::spawn();
     let (a, b) = (connect(&server).await, connect(&server).await);
-    let wait_for_it = |locker: Locker| {
-        tokio::spawn(async move {
-            let guard = locker
-                .lock_with("handoff", LockOptions::new().wait(30 * SEC))
-                .await
-                .unwrap();
-            (Instant::now(), guard)
-        })
-    };
 
     // The waiter tries once, subscribes, tries again, then naps at least 0.75 s before
     // a safety poll. Released after that second try, it can only get the lock within
     // the next 0.75 s if the release message wakes it.
     let held = a.lock("handoff").await.unwrap();
     let before = evalsha_calls(&server);
-    let waiter = wait_for_it(b.clone());
+    let waiter = spawn_waiter(b.clone(), "handoff");
     eventually(5 * SEC, "the waiter to subscribe and try again", || async {
         subscribers(&server, "handoff") == 1 && evalsha_calls(&server) - before >= 2
     })
     .await;
-    let released_at = Instant::now();
-    held.release().await.unwrap();
-    let (acquired_at, held) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
-    let handoff = acquired_at - released_at;
-    assert!(
-        handoff < Duration::from_millis(300),
-        "handoff took {handoff:?}: woken by a poll, not by the release"
-    );
+    let held = release_to(held, waiter, "the waiter").await;
 
     // While the lock stays held, a waiter only polls as a safety net.
-    let waiter = wait_for_it(a.clone());
+    let waiter = spawn_waiter(a.clone(), "handoff");
     eventually(5 * SEC, "the second waiter to subscribe", || async {
         subscribers(&server, "handoff") == 1
     })
@@ -855,6 +839,35 @@ async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
     held.release().await.unwrap();
 }
 
+/// A task of `locker` waiting up to 30 s for `name`: when it got it, and its guard.
+fn spawn_waiter(locker: Locker, name: &str) -> tokio::task::JoinHandle<(Instant, LockGuard)> {
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let guard = locker
+            .lock_with(&name, LockOptions::new().wait(30 * SEC))
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    })
+}
+
+/// Releases `held` and returns the guard `waiter` gets, which it must get at once (a
+/// safety poll comes 0.75 s at the earliest): the release woke it.
+async fn release_to(
+    held: LockGuard,
+    waiter: tokio::task::JoinHandle<(Instant, LockGuard)>,
+    woken: &str,
+) -> LockGuard {
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (acquired_at, guard) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
+    assert!(
+        acquired_at - released_at < Duration::from_millis(300),
+        "{woken} was woken by a poll, not by the release"
+    );
+    guard
+}
+
 /// A Locker that is gone, and one whose waiter gave up, are passed over: the release
 /// wakes the live waiter at once.
 #[tokio::test]
@@ -882,24 +895,12 @@ async fn a_release_passes_over_lockers_that_are_gone_or_gave_up() {
         || async { waiting_lockers(&server, "skip") == 1 },
     )
     .await;
-    let waiter = tokio::spawn(async move {
-        let guard = c
-            .lock_with("skip", LockOptions::new().wait(30 * SEC))
-            .await
-            .unwrap();
-        (Instant::now(), guard)
-    });
+    let waiter = spawn_waiter(c, "skip");
     eventually(5 * SEC, "the live waiter to be in line", || async {
         waiting_lockers(&server, "skip") == 2 && subscribers(&server, "skip") == 1
     })
     .await;
-    let released_at = Instant::now();
-    held.release().await.unwrap();
-    let (acquired_at, guard) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
-    assert!(
-        acquired_at - released_at < Duration::from_millis(300),
-        "woken by a poll, not by the release"
-    );
+    let guard = release_to(held, waiter, "the live waiter").await;
     assert_eq!(waiting_lockers(&server, "skip"), 0);
     guard.release().await.unwrap();
 }
@@ -934,25 +935,13 @@ async fn a_wake_up_that_finds_nobody_is_passed_on() {
     })
     .await;
     server.cmd(&["ZADD", &set, "0", &b_id]).unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = c
-            .lock_with("relayed", LockOptions::new().wait(30 * SEC))
-            .await
-            .unwrap();
-        (Instant::now(), guard)
-    });
+    let waiter = spawn_waiter(c, "relayed");
     eventually(5 * SEC, "c to be in line behind b", || async {
         waiting_lockers(&server, "relayed") == 2 && subscribers(&server, "relayed") == 2
     })
     .await;
     let before = evalsha_calls(&server);
-    let released_at = Instant::now();
-    held.release().await.unwrap();
-    let (acquired_at, guard) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
-    assert!(
-        acquired_at - released_at < Duration::from_millis(300),
-        "the wake-up was lost on b: c was woken by a poll"
-    );
+    let guard = release_to(held, waiter, "c, behind b,").await;
     // The release, b passing it on, and c's attempt.
     assert_eq!(evalsha_calls(&server) - before, 3);
     guard.release().await.unwrap();
