@@ -95,12 +95,16 @@ impl<'a> Call<'a> {
         cmd.arg("EVALSHA")
             .arg(script.get_hash())
             .arg(suffixes.len());
-        let mut name = String::with_capacity(key.len() + 16);
+        let mut name = String::new();
         for suffix in suffixes {
-            name.clear();
-            name.push_str(key);
-            name.push_str(suffix);
-            cmd.arg(name.as_str());
+            if suffix.is_empty() {
+                cmd.arg(key);
+            } else {
+                name.clear();
+                name.push_str(key);
+                name.push_str(suffix);
+                cmd.arg(name.as_str());
+            }
         }
         Self { script, cmd }
     }
