@@ -182,23 +182,20 @@ enum FairOp<'a> {
 /// How a lock is given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GiveBack {
-    /// The plain release: compare-and-delete, and wake a waiter.
-    Release,
+    /// The plain release: compare-and-delete, and wake the process waiting longest;
+    /// `own_waits`: tasks of this `Locker` wait too (woken if no other process waits).
+    Release { own_waits: bool },
     /// The fair release: to the first in line, or free.
     FairRelease,
     /// A fair waiter leaves the line, and passes the lock on if it was handed over to it.
     Leave,
 }
 
-impl GiveBack {
-    /// How a holder releases.
-    fn release(fair: bool) -> Self {
-        if fair {
-            Self::FairRelease
-        } else {
-            Self::Release
-        }
-    }
+/// How a holder gives a lock back.
+enum Plan {
+    /// Passed to a local waiter (claimed in the lock's slot).
+    Pass(Arc<Slot>, Arc<Passer>),
+    GiveBack(GiveBack),
 }
 
 /// Everything needed to open connections, from the builder.
@@ -403,11 +400,7 @@ impl RedisBackend {
                     conn,
                     key: &key,
                     token,
-                    how: if mode.is_fair() {
-                        GiveBack::Leave
-                    } else {
-                        GiveBack::Release
-                    },
+                    fair: mode.is_fair(),
                     armed: true,
                 };
                 let reply: (i64, i64, Option<i64>) = match mode {
@@ -476,8 +469,9 @@ impl RedisBackend {
         fair: bool,
     ) -> Result<bool, LockError> {
         let key = self.lock_key(name);
-        let Some((slot, passer)) = self.claim_passer(&key, fair) else {
-            return self.give_back(&key, token, GiveBack::release(fair)).await;
+        let (slot, passer) = match self.plan(&key, fair) {
+            Plan::Pass(slot, passer) => (slot, passer),
+            Plan::GiveBack(how) => return self.give_back(&key, token, how).await,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (this, token) = (self.clone(), token.to_owned());
@@ -495,21 +489,21 @@ impl RedisBackend {
     /// Releases in a background task; used when a guard is dropped.
     pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str, fair: bool) {
         let key = self.lock_key(name);
-        match self.claim_passer(&key, fair) {
-            Some((slot, passer)) => {
+        match self.plan(&key, fair) {
+            Plan::Pass(slot, passer) => {
                 let (this, token) = (self.clone(), token.to_owned());
                 self.detached.spawn(name, async move {
                     let _ = this.pass(&key, &token, &slot, &passer).await;
                 });
             }
-            None => self.give_back_detached(key, token, GiveBack::release(fair)),
+            Plan::GiveBack(how) => self.give_back_detached(key, token, how),
         }
     }
 
     /// Releases lock `key` (not name) in a background task, with no pass: for a lock
     /// passed to a waiter that gave up before taking it.
     pub(crate) fn release_key_detached(self: &Arc<Self>, key: &str, token: &str) {
-        self.give_back_detached(key.to_owned(), token, GiveBack::Release);
+        self.give_back_detached(key.to_owned(), token, self.plain_release(key));
     }
 
     /// Takes a fair waiter out of the line in a background task; used when it gives up.
@@ -522,14 +516,32 @@ impl RedisBackend {
         self.local_handoffs > 0
     }
 
-    /// The local waiter that the release of plain lock `key` is to pass it to, if any.
-    fn claim_passer(&self, key: &str, fair: bool) -> Option<(Arc<Slot>, Arc<Passer>)> {
-        if fair || self.local_handoffs == 0 {
-            return None;
+    /// How the holder of lock `key` gives it back: a plain lock goes to a local waiter
+    /// if one can be passed it, else it is freed. One look at the lock's slot serves both.
+    fn plan(&self, key: &str, fair: bool) -> Plan {
+        if fair {
+            return Plan::GiveBack(GiveBack::FairRelease);
         }
-        let slot = self.waiters.slot(key)?;
-        let passer = slot.claim_passer(self.local_handoffs)?;
-        Some((slot, passer))
+        let slot = self.waiters.slot(key);
+        if self.local_handoffs > 0
+            && let Some(slot) = slot.as_ref()
+            && let Some(passer) = slot.claim_passer(self.local_handoffs)
+        {
+            return Plan::Pass(slot.clone(), passer);
+        }
+        Plan::GiveBack(GiveBack::Release {
+            own_waits: self.hub.is_some() && slot.is_some_and(|slot| slot.has_waiters()),
+        })
+    }
+
+    /// The plain release of lock `key`, with no pass.
+    fn plain_release(&self, key: &str) -> GiveBack {
+        let own_waits = self.hub.is_some()
+            && self
+                .waiters
+                .slot(key)
+                .is_some_and(|slot| slot.has_waiters());
+        GiveBack::Release { own_waits }
     }
 
     /// Passes lock `key` from its holder `token` to the local waiter `passer`, in one
@@ -565,7 +577,9 @@ impl RedisBackend {
             Ok(fence) => {
                 tracing::trace!(key, fence, "lock passed to a local waiter");
                 if passer.passed(fence, sent_at) == AfterPass::GiveBack
-                    && let Err(e) = self.give_back(key, &passer.token, GiveBack::Release).await
+                    && let Err(e) = self
+                        .give_back(key, &passer.token, self.plain_release(key))
+                        .await
                 {
                     tracing::warn!(key, error = %e, "could not free a lock passed to a waiter that gave up; the lease will expire");
                 }
@@ -597,13 +611,7 @@ impl RedisBackend {
         how: GiveBack,
     ) -> Result<bool, RedisError> {
         let call = match how {
-            GiveBack::Release => {
-                let own_waits = self
-                    .hub
-                    .is_some()
-                    .then(|| self.waiters.slot(key))
-                    .flatten()
-                    .is_some_and(|slot| slot.has_waiters());
+            GiveBack::Release { own_waits } => {
                 let keys = ["", LOCKERS_SUFFIX, CHANNEL_SUFFIX];
                 Call::new(&self.scripts.release, key, &keys)
                     .arg(token)
@@ -816,7 +824,9 @@ struct PendingAcquire<'a> {
     conn: MultiplexedConnection,
     key: &'a str,
     token: &'a str,
-    how: GiveBack,
+    /// A fair attempt leaves the line (giving back a lock handed over); a plain one
+    /// releases.
+    fair: bool,
     armed: bool,
 }
 
@@ -827,7 +837,12 @@ impl Drop for PendingAcquire<'_> {
         }
         let backend = self.backend.clone();
         let mut conn = self.conn.clone();
-        let (key, token, how) = (self.key.to_owned(), self.token.to_owned(), self.how);
+        let how = if self.fair {
+            GiveBack::Leave
+        } else {
+            self.backend.plain_release(self.key)
+        };
+        let (key, token) = (self.key.to_owned(), self.token.to_owned());
         self.backend.detached.spawn(self.key, async move {
             if let Err(e) = backend.give_back_on(&mut conn, &key, &token, how).await {
                 tracing::warn!(key = %key, error = %e, "could not give back an interrupted acquire; the lease will expire");
