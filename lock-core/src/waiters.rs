@@ -143,8 +143,9 @@ impl Passer {
         }
     }
 
-    /// The waiter leaves without the lock.
-    fn give_up(self: &Arc<Self>, slot: &Slot) -> OnGiveUp {
+    /// The waiter leaves `slot` without the lock: [`OnGiveUp`] says whether it must give
+    /// back a lock passed to it.
+    pub(crate) fn give_up(self: &Arc<Self>, slot: &Slot) -> OnGiveUp {
         let mut line = slot.passable();
         let mut state = self.state();
         match *state {
@@ -233,12 +234,6 @@ impl Slot {
         });
         self.passable().push_back(passer.clone());
         passer
-    }
-
-    /// Takes `passer` out of line as it leaves: [`OnGiveUp`] says whether it must give
-    /// back a lock passed to it.
-    pub(crate) fn leave_passable(&self, passer: &Arc<Passer>) -> OnGiveUp {
-        passer.give_up(self)
     }
 
     /// Claims the longest-waiting local waiter for a pass, unless `max` passes in a row
@@ -524,15 +519,11 @@ mod tests {
         assert_eq!(a.passed(7, now), AfterPass::Nothing);
         assert_eq!(a.take(), Some((7, now)));
         assert_eq!(a.take(), None);
-        assert_eq!(
-            slot.leave_passable(&a),
-            OnGiveUp::Nothing,
-            "it holds the lock"
-        );
+        assert_eq!(a.give_up(&slot), OnGiveUp::Nothing, "it holds the lock");
 
         // Gave up while claimed: the releasing side frees what it passed.
         assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &b));
-        assert_eq!(slot.leave_passable(&b), OnGiveUp::Nothing);
+        assert_eq!(b.give_up(&slot), OnGiveUp::Nothing);
         assert_eq!(b.passed(8, now), AfterPass::GiveBack);
 
         // A pass that fell through puts the waiter back first in line; unsure, it frees
@@ -541,11 +532,7 @@ mod tests {
         c.not_passed(&slot, true);
         assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &c));
         assert_eq!(c.passed(9, now), AfterPass::Nothing);
-        assert_eq!(
-            slot.leave_passable(&c),
-            OnGiveUp::GiveBack,
-            "passed, never taken"
-        );
+        assert_eq!(c.give_up(&slot), OnGiveUp::GiveBack, "passed, never taken");
         assert!(slot.claim_passer(8).is_none(), "nobody left in line");
 
         // Took the lock by its own attempt: a pass in flight needs nothing more.
@@ -553,7 +540,7 @@ mod tests {
         assert!(Arc::ptr_eq(&slot.claim_passer(8).unwrap(), &d));
         d.done();
         assert_eq!(d.passed(10, now), AfterPass::Nothing);
-        assert_eq!(slot.leave_passable(&d), OnGiveUp::Nothing);
+        assert_eq!(d.give_up(&slot), OnGiveUp::Nothing);
     }
 
     #[test]

@@ -288,7 +288,7 @@ impl Drop for WaitTicket<'_> {
         match &self.way {
             Way::Grant(token, _) => self.slot.forget_grant(token),
             Way::Pass(passer) => {
-                if self.slot.leave_passable(passer) == OnGiveUp::GiveBack
+                if passer.give_up(&self.slot) == OnGiveUp::GiveBack
                     && let Backend::Redis(r) = self.backend
                 {
                     // Passed to this waiter, which gave up before taking it: free it.
