@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use bb8_redis::RedisConnectionManager;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisConfig, redact};
-use crate::backend::{Attempt, Backend, Mode, PLACE_IN_LINE};
+use crate::backend::{Attempt, Backend, Mode, PLACE_IN_LINE, WaitTicket};
 use crate::guard::{Lease, LockGuard};
 use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE, Resolved};
 use crate::reentrancy::{Context, HoldEnd, Holds};
@@ -167,13 +166,15 @@ impl Locker {
             tracing::trace!(key, "lock re-entered by the task that holds it");
             return Ok(LockGuard::new(self.clone(), lease));
         }
-        let name: Arc<str> = key.into();
-        let lease = self.acquire(name, context, opts).await?;
-        self.inner.holds.insert(lease.clone());
+        let acq = Acquisition::new(self, key, context, opts);
+        let lease = acq.run().await?;
+        // `self` again, through `acq`: a waiting task keeps one copy of it, not two.
+        let locker = acq.locker;
+        locker.inner.holds.insert(lease.clone());
         // Renewed while the guard lives, or, with the watchdog off, marked lost at its
         // deadline.
-        self.inner.watchdog.watch(&self.inner, lease.clone());
-        Ok(LockGuard::new(self.clone(), lease))
+        locker.inner.watchdog.watch(&locker.inner, lease.clone());
+        Ok(LockGuard::new(locker.clone(), lease))
     }
 
     /// Makes one attempt at the lock `key`: `Ok(None)` when someone else holds it.
@@ -229,16 +230,25 @@ impl Locker {
     pub async fn flush(&self) {
         self.inner.backend.flush().await;
     }
+}
 
-    async fn acquire(
-        &self,
-        name: Arc<str>,
-        context: Context,
-        opts: Resolved,
-    ) -> Result<Arc<Lease>, LockError> {
-        let start = Instant::now();
-        let acq = Acquisition {
-            locker: self,
+/// One call's acquisition: what its attempts and its lease are made of. A task waiting
+/// for a lock carries this, its place in line, and a poll timer: the future of a call
+/// that waits is kept small, as thousands of them may wait at once.
+struct Acquisition<'a> {
+    locker: &'a Locker,
+    /// The lock's name, borrowed from the caller until a lease needs it.
+    name: &'a str,
+    token: Arc<str>,
+    context: Context,
+    opts: Resolved,
+    start: Instant,
+}
+
+impl<'a> Acquisition<'a> {
+    fn new(locker: &'a Locker, name: &'a str, context: Context, opts: Resolved) -> Self {
+        Acquisition {
+            locker,
             name,
             token: Arc::from(
                 &*uuid::Uuid::new_v4()
@@ -247,68 +257,121 @@ impl Locker {
             ),
             context,
             opts,
-            start,
-            deadline: start + opts.wait,
-        };
-        // The uncontended path: one round trip, nothing registered.
-        let (holder_ttl, clock_us) = match acq.attempt(start).await? {
-            Attempt::Acquired { fence, left } => return Ok(acq.granted(fence, start, left)),
-            Attempt::Held { ttl, clock_us } => (ttl, clock_us),
-        };
-        if opts.wait.is_zero() {
-            return Err(timeout(&acq.name, start, holder_ttl));
+            start: Instant::now(),
         }
-        // A fair waiter is in line from here on; if it ends up without the lock (it
-        // timed out, failed, or was dropped) it leaves the line, and passes the lock on
-        // should it have been handed over meanwhile.
-        let mut in_line = InLine {
-            acq: &acq,
-            armed: opts.fair,
-        };
-        let span = tracing::debug_span!("lock.wait", key = %acq.name, wait = ?opts.wait);
-        let acquired = acq
-            .wait(holder_ttl, clock_us.map(|us| (start, us)))
-            .instrument(span)
-            .await;
-        in_line.armed = acquired.is_err();
-        acquired
     }
-}
 
-/// One call's acquisition: what its attempts and its lease are made of.
-struct Acquisition<'a> {
-    locker: &'a Locker,
-    name: Arc<str>,
-    token: Arc<str>,
-    context: Context,
-    opts: Resolved,
-    start: Instant,
-    deadline: Instant,
-}
-
-impl Acquisition<'_> {
     fn backend(&self) -> &Backend {
         &self.locker.inner.backend
+    }
+
+    fn deadline(&self) -> Instant {
+        self.start + self.opts.wait
+    }
+
+    /// Takes the lock: one attempt, then, if it is held, waits for releases (or, for a
+    /// fair lock, its turn) until the deadline. One body, not one per phase, and an
+    /// async block rather than an async fn: an async fn keeps each argument in its
+    /// future for its whole life beside the copy its body works with.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep a second copy of `self` in every waiting task"
+    )]
+    fn run(&self) -> impl Future<Output = Result<Arc<Lease>, LockError>> + Send + '_ {
+        async move {
+            // The uncontended path: one round trip, nothing registered.
+            let (mut holder_ttl, clock_us) = match self.attempt(self.start).await? {
+                Attempt::Acquired { fence, left } => {
+                    return Ok(self.granted(fence, self.start, left));
+                }
+                Attempt::Held { ttl, clock_us } => (ttl, clock_us),
+            };
+            if self.opts.wait.is_zero() {
+                return Err(timeout(self.name, self.start, holder_ttl));
+            }
+            // The latest attempt's send time and the backend's clock it read (a fair
+            // attempt): a hand-over is reckoned against them.
+            let mut clock = clock_us.map(|us| (self.start, us));
+            tracing::debug!(key = %self.name, wait = ?self.opts.wait, "lock held: waiting");
+            // A fair waiter is in line from here on; the ticket takes it out of the line
+            // if it ends without the lock.
+            let mut ticket =
+                self.backend()
+                    .wait_for(self.name, &self.token, self.opts.lease, self.opts.fair);
+            // Subscribed before the next attempt, so no release can slip between the
+            // attempt and the wait. Boxed, as it is awaited once: the parked task needs no
+            // room for it.
+            let limit = self.deadline().saturating_duration_since(Instant::now());
+            Box::pin(ticket.until_ready(limit)).await;
+            loop {
+                if let (Some(grant), Some((sent_at, clock_us))) = (ticket.take_grant(), clock) {
+                    // Handed over at `at_us` on the backend's clock: that long after the
+                    // latest attempt was sent, at the earliest. A hand-over older than that
+                    // attempt is stale (the attempt would have found the lock ours): its
+                    // lease already ran out.
+                    if let Some(after) = grant.at_us.checked_sub(clock_us) {
+                        let started = sent_at + Duration::from_micros(after);
+                        ticket.succeeded();
+                        return Ok(self.granted(grant.fence, started, None));
+                    }
+                }
+                if let Some((fence, sent_at)) = ticket.take_pass() {
+                    // Passed by a release of this Locker, sent at `sent_at`.
+                    ticket.succeeded();
+                    return Ok(self.granted(fence, sent_at, None));
+                }
+                // Not right after joining waiters that were being told of releases.
+                if !std::mem::take(&mut ticket.joined_subscribed) {
+                    let sent_at = Instant::now();
+                    match self.attempt(sent_at).await? {
+                        Attempt::Acquired { fence, left } => {
+                            ticket.succeeded();
+                            return Ok(self.granted(fence, sent_at, left));
+                        }
+                        Attempt::Held { ttl, clock_us } => {
+                            holder_ttl = ttl;
+                            clock = clock_us.map(|us| (sent_at, us));
+                        }
+                    }
+                    ticket.failed += 1;
+                }
+                let Some(nap) = self.nap(holder_ttl, &ticket) else {
+                    return Err(timeout(self.name, self.start, holder_ttl));
+                };
+                // Until signalled, or the poll is due.
+                let signal = std::future::poll_fn(|cx| ticket.poll_signal(cx));
+                if tokio::time::timeout(nap, signal).await.is_err() {
+                    tracing::trace!(key = %self.name, "poll due");
+                }
+            }
+        }
+    }
+
+    /// How long to wait before the next attempt; `None` once the deadline has passed.
+    fn nap(&self, holder_ttl: Option<Duration>, ticket: &WaitTicket<'_>) -> Option<Duration> {
+        let left = self.deadline().checked_duration_since(Instant::now())?;
+        if left.is_zero() {
+            return None;
+        }
+        Some(self.backend().poll_interval(holder_ttl, ticket).min(left))
     }
 
     /// One attempt sent at `now`. A fair waiter keeps its place in line while it waits,
     /// never past its deadline. The Redis call is boxed: its future is large, and a task
     /// waiting between attempts should not carry room for it.
     async fn attempt(&self, now: Instant) -> Result<Attempt, LockError> {
+        let deadline = self.deadline();
         let mode = if self.opts.fair {
             Mode::Fair {
-                place: self
-                    .deadline
-                    .saturating_duration_since(now)
-                    .min(PLACE_IN_LINE),
+                place: deadline.saturating_duration_since(now).min(PLACE_IN_LINE),
             }
         } else {
             Mode::Plain {
-                waits: now < self.deadline,
+                waits: now < deadline,
             }
         };
         let backend = self.backend();
-        Box::pin(backend.try_acquire(&self.name, &self.token, self.opts.lease, mode)).await
+        Box::pin(backend.try_acquire(self.name, &self.token, self.opts.lease, mode)).await
     }
 
     /// The lease of the lock taken, running for `left` (a whole lease unless said) from
@@ -316,7 +379,7 @@ impl Acquisition<'_> {
     fn granted(&self, fence: u64, started: Instant, left: Option<Duration>) -> Arc<Lease> {
         tracing::debug!(key = %self.name, fence, "lock acquired");
         Arc::new(Lease::new(
-            self.name.clone(),
+            self.name.into(),
             self.token.clone(),
             fence,
             self.context,
@@ -325,89 +388,6 @@ impl Acquisition<'_> {
             left.unwrap_or(self.opts.lease),
             self.locker.inner.epoch,
         ))
-    }
-
-    /// Waits for the lock after a failed attempt, which saw the holder's lease
-    /// (`holder_ttl`) and, for a fair lock, the backend's clock (`clock`: when the
-    /// attempt was sent, and the clock it read; a hand-over is reckoned against it).
-    async fn wait(
-        &self,
-        mut holder_ttl: Option<Duration>,
-        mut clock: Option<(Instant, u64)>,
-    ) -> Result<Arc<Lease>, LockError> {
-        let backend = self.backend();
-        let ticket = backend.wait_for(&self.name, &self.token, self.opts.lease, self.opts.fair);
-        // Subscribed before the next attempt, so no release can slip between the attempt
-        // and the wait.
-        ticket
-            .until_ready(self.deadline.saturating_duration_since(Instant::now()))
-            .await;
-        let mut try_now = !ticket.joined_subscribed;
-        let mut failed = 0u32;
-        loop {
-            let woken = ticket.slot.wake().notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            if let (Some(grant), Some((sent_at, clock_us))) = (ticket.take_grant(), clock) {
-                // Handed over at `at_us` on the backend's clock: that long after the latest
-                // attempt was sent, at the earliest. A hand-over older than that attempt is
-                // stale (the attempt would have found the lock ours): its lease already ran
-                // out.
-                if let Some(after) = grant.at_us.checked_sub(clock_us) {
-                    let started = sent_at + Duration::from_micros(after);
-                    ticket.succeeded();
-                    return Ok(self.granted(grant.fence, started, None));
-                }
-            }
-            if let Some((fence, sent_at)) = ticket.take_pass() {
-                // Passed by a release of this Locker, sent at `sent_at`.
-                ticket.succeeded();
-                return Ok(self.granted(fence, sent_at, None));
-            }
-            if try_now {
-                let sent_at = Instant::now();
-                match self.attempt(sent_at).await? {
-                    Attempt::Acquired { fence, left } => {
-                        ticket.succeeded();
-                        return Ok(self.granted(fence, sent_at, left));
-                    }
-                    Attempt::Held { ttl, clock_us } => {
-                        holder_ttl = ttl;
-                        clock = clock_us.map(|us| (sent_at, us));
-                    }
-                }
-                failed += 1;
-            }
-            try_now = true;
-            let now = Instant::now();
-            if now >= self.deadline {
-                return Err(timeout(&self.name, self.start, holder_ttl));
-            }
-            let nap = backend
-                .poll_interval(holder_ttl, &ticket, failed)
-                .min(self.deadline - now);
-            tokio::select! {
-                () = woken => tracing::trace!("woken by a release"),
-                () = ticket.handed_over() => tracing::trace!("handed over"),
-                () = tokio::time::sleep(nap) => tracing::trace!(?nap, "poll"),
-            }
-        }
-    }
-}
-
-/// A fair waiter's place in line, left on drop unless disarmed.
-struct InLine<'a> {
-    acq: &'a Acquisition<'a>,
-    armed: bool,
-}
-
-impl Drop for InLine<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.acq
-                .backend()
-                .leave_detached(&self.acq.name, &self.acq.token);
-        }
     }
 }
 

@@ -165,7 +165,7 @@ impl MemoryBackend {
 
     pub(crate) fn try_acquire(
         &self,
-        name: &Arc<str>,
+        name: &str,
         token: &str,
         lease: Duration,
         mode: Mode,
@@ -177,7 +177,7 @@ impl MemoryBackend {
         let attempt = {
             let mut state = self.state();
             state.sweep(now);
-            let entry = state.entries.entry(name.clone()).or_insert_with(|| Entry {
+            let entry = state.entries.entry(name.into()).or_insert_with(|| Entry {
                 holder: None,
                 fence: 0,
                 fence_expires_at: now,

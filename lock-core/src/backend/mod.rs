@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::LockError;
-use crate::waiters::{Grant, GrantCell, OnGiveUp, Passer, Slot};
+use crate::waiters::{Grant, OnGiveUp, Slot, Waiter};
 
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -57,7 +58,7 @@ pub(crate) enum Backend {
 impl Backend {
     pub(crate) async fn try_acquire(
         &self,
-        name: &Arc<str>,
+        name: &str,
         token: &str,
         lease: Duration,
         mode: Mode,
@@ -88,17 +89,6 @@ impl Backend {
             Self::Redis(r) => r.release_detached(name, token, fair),
             Self::Memory(m) => {
                 m.release(name, token, fair);
-            }
-        }
-    }
-
-    /// Takes `token` out of `name`'s line, in the background, and passes the lock on if
-    /// it had been handed over to it meanwhile (a fair waiter gave up).
-    pub(crate) fn leave_detached(&self, name: &str, token: &str) {
-        match self {
-            Self::Redis(r) => r.leave_detached(name, token),
-            Self::Memory(m) => {
-                m.leave(name, token);
             }
         }
     }
@@ -149,28 +139,27 @@ impl Backend {
     /// a plain waiter on Redis can also be passed the lock by a release of this `Locker`.
     pub(crate) fn wait_for(
         &self,
-        name: &Arc<str>,
+        name: &str,
         token: &Arc<str>,
         lease: Duration,
         fair: bool,
     ) -> WaitTicket<'_> {
-        let (key, slot, joined_subscribed) = match self {
+        let (slot, joined_subscribed) = match self {
             Self::Redis(r) => r.join(name),
-            Self::Memory(m) => (name.clone(), m.waiters.join(name, |_| {}), false),
+            Self::Memory(m) => (m.waiters.join(&name.into(), |_| {}), false),
         };
-        let way = if fair {
-            Way::Grant(token.clone(), slot.expect_grant(token))
-        } else if matches!(self, Self::Redis(r) if r.passes_locally()) {
-            Way::Pass(slot.join_passable(token.clone(), lease))
-        } else {
-            Way::Wake
-        };
+        let passable = !fair && matches!(self, Self::Redis(r) if r.passes_locally());
+        let waiter = slot.join_line(token.clone(), lease, passable);
+        if fair {
+            slot.expect_grant(&waiter);
+        }
         WaitTicket {
             backend: self,
-            key,
             slot,
-            way,
+            waiter,
+            fair,
             joined_subscribed,
+            failed: 0,
             held: AtomicBool::new(false),
         }
     }
@@ -183,7 +172,6 @@ impl Backend {
         &self,
         holder_ttl: Option<Duration>,
         ticket: &WaitTicket<'_>,
-        failed_attempts: u32,
     ) -> Duration {
         const SAFETY_POLL: Duration = Duration::from_secs(1);
         const GRACE: Duration = Duration::from_millis(1);
@@ -195,7 +183,7 @@ impl Backend {
                     SAFETY_POLL.mul_f64(0.75 + fastrand::f64() * 0.25)
                 } else {
                     // No wake-ups: back off from 5 ms to the safety poll, jittered.
-                    let step = Duration::from_millis(5) * 2u32.pow(failed_attempts.min(8));
+                    let step = Duration::from_millis(5) * 2u32.pow(ticket.failed.min(8));
                     step.min(SAFETY_POLL).mul_f64(0.5 + fastrand::f64() * 0.5)
                 };
                 holder_ttl.map_or(cap, |ttl| (ttl + GRACE).min(cap))
@@ -208,67 +196,54 @@ impl Backend {
 #[derive(Debug)]
 pub(crate) struct WaitTicket<'a> {
     backend: &'a Backend,
-    key: Arc<str>,
     pub(crate) slot: Arc<Slot>,
-    way: Way,
+    /// Its place in the lock's line, where wake-ups, hand-overs and passes reach it.
+    waiter: Arc<Waiter>,
+    /// A fair waiter, to be handed the lock by any process's release. One that leaves
+    /// without the lock leaves the line, and passes the lock on should it have been
+    /// handed over meanwhile.
+    fair: bool,
     /// It joined a lock whose release messages were already being delivered (to other
     /// local waiters, or to a subscription lingering after the last one left). Whoever
     /// subscribed tried again once subscribed, so every release since reached this
     /// `Locker`: one since this waiter's failed attempt has woken a waiter or left a
     /// wake-up (or, for a fair waiter, its hand-over) for the next to wait. It need not
     /// try again before waiting: in steady contention that saves one command per
-    /// acquisition.
+    /// acquisition. Cleared once it waited.
     pub(crate) joined_subscribed: bool,
+    /// Its attempts that found the lock held.
+    pub(crate) failed: u32,
     /// It got the lock: leaving is not giving up.
     held: AtomicBool,
-}
-
-/// How the lock can come to a waiter besides its own attempts.
-#[derive(Debug)]
-enum Way {
-    /// Only its attempts, after a wake-up or a poll.
-    Wake,
-    /// Handed over to this fair waiter (its token), by any process's release.
-    Grant(Arc<str>, Arc<GrantCell>),
-    /// Passed to this plain waiter by a release of its own `Locker`.
-    Pass(Arc<Passer>),
 }
 
 impl WaitTicket<'_> {
     /// The hand-over to this fair waiter, if it came.
     pub(crate) fn take_grant(&self) -> Option<Grant> {
-        match &self.way {
-            Way::Grant(_, cell) => cell.take(),
-            _ => None,
-        }
+        self.waiter.take_grant()
     }
 
     /// The lock passed to this plain waiter, if it was: its fencing token, and the
     /// earliest its lease can have started.
     pub(crate) fn take_pass(&self) -> Option<(u64, tokio::time::Instant)> {
-        match &self.way {
-            Way::Pass(passer) => passer.take(),
-            _ => None,
-        }
+        self.waiter.take_pass()
     }
 
     /// The waiter took the lock: leaving is not giving up.
     pub(crate) fn succeeded(&self) {
         self.held.store(true, Ordering::Relaxed);
-        if let Way::Pass(passer) = &self.way {
-            passer.done();
-        }
+        self.waiter.done();
     }
 
-    /// Resolves when the lock may have been handed over or passed to this waiter (never,
-    /// for one that can only be woken). One that came first leaves a permit, so none is
-    /// missed.
-    pub(crate) async fn handed_over(&self) {
-        match &self.way {
-            Way::Grant(_, cell) => cell.notify().notified().await,
-            Way::Pass(passer) => passer.notify().notified().await,
-            Way::Wake => std::future::pending().await,
+    /// Ready when a release may have freed the lock, or it may have been handed over or
+    /// passed to this waiter, since the last time it was. One that came between two
+    /// waits is kept, so none is missed.
+    pub(crate) fn poll_signal(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let signal = self.waiter.poll_signal(cx);
+        if signal.is_ready() {
+            tracing::trace!(key = %self.slot.key(), "waiter woken");
         }
+        signal
     }
 
     /// Waits until release messages are delivered, for at most `limit`.
@@ -285,21 +260,29 @@ impl WaitTicket<'_> {
 
 impl Drop for WaitTicket<'_> {
     fn drop(&mut self) {
-        match &self.way {
-            Way::Grant(token, _) => self.slot.forget_grant(token),
-            Way::Pass(passer) => {
-                if passer.give_up(&self.slot) == OnGiveUp::GiveBack
-                    && let Backend::Redis(r) = self.backend
-                {
-                    // Passed to this waiter, which gave up before taking it: free it.
-                    r.release_key_detached(&self.key, &passer.token);
+        let key = self.slot.key();
+        let token = &self.waiter.token;
+        let held = self.held.load(Ordering::Relaxed);
+        if self.fair {
+            self.slot.forget_grant(token);
+            if !held {
+                match self.backend {
+                    Backend::Redis(r) => r.leave_key_detached(key, token),
+                    Backend::Memory(m) => {
+                        m.leave(key, token);
+                    }
                 }
             }
-            Way::Wake => {}
+        }
+        if self.slot.leave_line(&self.waiter) == OnGiveUp::GiveBack
+            && let Backend::Redis(r) = self.backend
+        {
+            // Passed to this waiter, which gave up before taking it: free it.
+            r.release_key_detached(key, token);
         }
         match self.backend {
-            Backend::Redis(r) => r.leave(&self.key, &self.slot, !self.held.load(Ordering::Relaxed)),
-            Backend::Memory(m) => m.waiters.leave(&self.key, &self.slot, false, |_| {}),
+            Backend::Redis(r) => r.leave(key, &self.slot, !held),
+            Backend::Memory(m) => m.waiters.leave(key, &self.slot, false, |_| {}),
         }
     }
 }

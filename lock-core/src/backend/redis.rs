@@ -19,7 +19,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::{Attempt, Mode, PLACE_IN_LINE};
 use crate::LockError;
-use crate::waiters::{AfterPass, Edge, Grant, Passer, Slot, Waiters};
+use crate::waiters::{AfterPass, Edge, Grant, Slot, Waiter, Waiters};
 
 const ACQUIRE: &str = concat!(
     include_str!("../scripts/fence.lua"),
@@ -193,8 +193,8 @@ enum GiveBack {
 
 /// How a holder gives a lock back.
 enum Plan {
-    /// Passed to a local waiter (claimed in the lock's slot).
-    Pass(Arc<Slot>, Arc<Passer>),
+    /// Passed to a local waiter (claimed in the lock's line).
+    Pass(Arc<Waiter>),
     GiveBack(GiveBack),
 }
 
@@ -469,14 +469,14 @@ impl RedisBackend {
         fair: bool,
     ) -> Result<bool, LockError> {
         let key = self.lock_key(name);
-        let (slot, passer) = match self.plan(&key, fair) {
-            Plan::Pass(slot, passer) => (slot, passer),
+        let passer = match self.plan(&key, fair) {
+            Plan::Pass(passer) => passer,
             Plan::GiveBack(how) => return self.give_back(&key, token, how).await,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (this, token) = (self.clone(), token.to_owned());
         self.detached.spawn(name, async move {
-            let _ = tx.send(this.pass(&key, &token, &slot, &passer).await);
+            let _ = tx.send(this.pass(&key, &token, &passer).await);
         });
         rx.await.unwrap_or_else(|_| {
             Err(LockError::backend(
@@ -490,10 +490,10 @@ impl RedisBackend {
     pub(crate) fn release_detached(self: &Arc<Self>, name: &str, token: &str, fair: bool) {
         let key = self.lock_key(name);
         match self.plan(&key, fair) {
-            Plan::Pass(slot, passer) => {
+            Plan::Pass(passer) => {
                 let (this, token) = (self.clone(), token.to_owned());
                 self.detached.spawn(name, async move {
-                    let _ = this.pass(&key, &token, &slot, &passer).await;
+                    let _ = this.pass(&key, &token, &passer).await;
                 });
             }
             Plan::GiveBack(how) => self.give_back_detached(key, token, how),
@@ -506,9 +506,10 @@ impl RedisBackend {
         self.give_back_detached(key.to_owned(), token, self.plain_release(key));
     }
 
-    /// Takes a fair waiter out of the line in a background task; used when it gives up.
-    pub(crate) fn leave_detached(self: &Arc<Self>, name: &str, token: &str) {
-        self.give_back_detached(self.lock_key(name), token, GiveBack::Leave);
+    /// Takes a fair waiter out of the line of lock `key` (not name) in a background
+    /// task, passing the lock on if it was handed over to it; used when it gives up.
+    pub(crate) fn leave_key_detached(self: &Arc<Self>, key: &str, token: &str) {
+        self.give_back_detached(key.to_owned(), token, GiveBack::Leave);
     }
 
     /// Whether plain waiters can be passed the lock by this `Locker`'s releases.
@@ -527,7 +528,7 @@ impl RedisBackend {
             && let Some(slot) = slot.as_ref()
             && let Some(passer) = slot.claim_passer(self.local_handoffs)
         {
-            return Plan::Pass(slot.clone(), passer);
+            return Plan::Pass(passer);
         }
         Plan::GiveBack(GiveBack::Release {
             own_waits: self.hub.is_some() && slot.is_some_and(|slot| slot.has_waiters()),
@@ -547,13 +548,7 @@ impl RedisBackend {
     /// Passes lock `key` from its holder `token` to the local waiter `passer`, in one
     /// command, and tells the waiter. Says whether `token` held the lock. A waiter that
     /// gave up meanwhile gets nothing: the lock is then freed, waking every contender.
-    async fn pass(
-        &self,
-        key: &str,
-        token: &str,
-        slot: &Slot,
-        passer: &Arc<Passer>,
-    ) -> Result<bool, LockError> {
+    async fn pass(&self, key: &str, token: &str, passer: &Waiter) -> Result<bool, LockError> {
         // The counter must outlive every lease drawn from it.
         let fence_ttl_ms = self.fence_ttl_ms.max(millis(passer.lease));
         let sent_at = tokio::time::Instant::now();
@@ -571,7 +566,7 @@ impl RedisBackend {
         .await;
         match reply {
             Ok(0) => {
-                passer.not_passed(slot, false);
+                passer.not_passed(false);
                 Ok(false)
             }
             Ok(fence) => {
@@ -587,7 +582,7 @@ impl RedisBackend {
             }
             Err(e) => {
                 // It may have run: should the waiter give up, it frees what it may hold.
-                passer.not_passed(slot, true);
+                passer.not_passed(true);
                 Err(e)
             }
         }
@@ -769,7 +764,7 @@ impl RedisBackend {
 
     /// Registers a waiter for `name` and makes sure release messages for it are delivered.
     /// Also says whether it joined waiters that were already receiving them.
-    pub(crate) fn join(self: &Arc<Self>, name: &str) -> (Arc<str>, Arc<Slot>, bool) {
+    pub(crate) fn join(self: &Arc<Self>, name: &str) -> (Arc<Slot>, bool) {
         let key: Arc<str> = self.lock_key(name).into();
         let mut joined_others = false;
         let slot = match &self.hub {
@@ -783,7 +778,7 @@ impl RedisBackend {
             None => self.waiters.join(&key, |_| {}),
         };
         let subscribed = joined_others && slot.is_ready();
-        (key, slot, subscribed)
+        (slot, subscribed)
     }
 
     /// Unregisters a waiter of lock `key`. When the last local one leaves without the
