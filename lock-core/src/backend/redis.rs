@@ -316,9 +316,16 @@ impl RedisBackend {
         if let Some(conn) = &*self.conn.load() {
             return Ok((MultiplexedConnection::clone(conn), true));
         }
+        // Boxed: opening a connection takes a future of kilobytes, which every command's
+        // future would otherwise carry (and move) for this rare path.
+        Box::pin(self.reconnect()).await.map(|conn| (conn, false))
+    }
+
+    /// Opens the shared connection, unless another task just did.
+    async fn reconnect(&self) -> Result<MultiplexedConnection, LockError> {
         let _one_at_a_time = self.reconnecting.lock().await;
         if let Some(conn) = &*self.conn.load() {
-            return Ok((MultiplexedConnection::clone(conn), false));
+            return Ok(MultiplexedConnection::clone(conn));
         }
         let context = || format!("cannot connect to redis at {}", self.address);
         let conn = tokio::time::timeout(self.connect_timeout, self.pool.dedicated_connection())
@@ -331,7 +338,7 @@ impl RedisBackend {
             })?
             .map_err(|e| LockError::backend(context(), e))?;
         self.conn.store(Some(Arc::new(conn.clone())));
-        Ok((conn, false))
+        Ok(conn)
     }
 
     /// Runs `op` on the shared connection. If that connection turns out dead (the
