@@ -112,6 +112,52 @@ async fn watchdog_keeps_a_short_lease_alive() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_shorter_lease_wakes_a_watchdog_asleep_for_a_longer_one() {
+    let locker = Locker::in_memory();
+    // The watchdog sleeps until this one is due, a third of a minute away...
+    let _long = locker
+        .lock_with("long", LockOptions::new().lease(60 * SEC))
+        .await
+        .unwrap();
+    tokio::time::sleep(SEC).await;
+    // ... and must wake for this one, due in a third of a second.
+    let short = locker
+        .lock_with("short", LockOptions::new().lease(SEC))
+        .await
+        .unwrap();
+    tokio::time::sleep(5 * SEC).await;
+    assert!(short.is_held().await.unwrap(), "the short lease ran out");
+}
+
+#[test]
+fn the_watchdog_starts_again_on_a_new_runtime() {
+    let locker = Locker::in_memory();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    // Its first task runs on a runtime that then shuts down.
+    runtime().block_on(async {
+        let _held = locker.lock_with("a", LockOptions::new().lease(SEC)).await;
+        tokio::time::sleep(SEC / 2).await;
+    });
+    runtime().block_on(async {
+        let guard = locker
+            .lock_with("b", LockOptions::new().lease(SEC))
+            .await
+            .unwrap();
+        tokio::time::sleep(5 * SEC).await;
+        assert!(
+            guard.is_held().await.unwrap(),
+            "no watchdog renewed the lease"
+        );
+    });
+}
+
+#[tokio::test(start_paused = true)]
 async fn without_watchdog_the_lease_expires_and_the_guard_is_lost() {
     let locker = Locker::in_memory();
     let guard = locker

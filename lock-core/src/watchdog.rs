@@ -6,48 +6,111 @@
 //! schedule. A lease whose deadline passes without a successful renewal (the key is
 //! gone, another owner holds it, or the server does not answer) is marked lost. With the
 //! watchdog off, a lease only comes up at its deadline, to be marked lost.
+//!
+//! A new lease goes straight into the queue, shared with the task, which is woken only
+//! when the lease is due before everything queued (the first one, or a shorter lease):
+//! taking a lock does not cost a task switch.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::guard::Lease;
 use crate::locker::Inner;
 
-/// The sending side, kept in the `Locker`.
+/// The `Locker`'s side: the queue it shares with its watchdog task.
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
-    tx: Mutex<Option<mpsc::UnboundedSender<Arc<Lease>>>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// A lease came due before the one the task sleeps for, or the `Locker` is gone.
+    changed: Notify,
+    /// The `Locker` and all its guards are gone: the task ends.
+    closed: AtomicBool,
     /// Leases released since the queue was last compacted.
-    released: Arc<AtomicUsize>,
+    released: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    leases: BTreeMap<(Instant, u64), Arc<Lease>>,
+    seq: u64,
+    /// Whether a task serves the queue (none yet, or the runtime it ran on shut down).
+    running: bool,
+}
+
+impl Queue {
+    fn schedule(&mut self, at: Instant, lease: Arc<Lease>) {
+        self.seq += 1;
+        self.leases.insert((at, self.seq), lease);
+    }
+
+    fn next(&self) -> Option<Instant> {
+        self.leases.first_key_value().map(|(&(at, _), _)| at)
+    }
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Every update is one insert or remove, so a poisoned lock is still safe to use.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Watchdog {
-    /// Hands a new lease to the watchdog task, starting it if it is not running (first
-    /// lease, or the runtime it ran on has shut down).
+    /// Queues a new lease, starting the watchdog task if none runs (first lease, or the
+    /// runtime it ran on has shut down).
     pub(crate) fn watch(&self, inner: &Arc<Inner>, lease: Arc<Lease>) {
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let lease = match tx.as_ref() {
-            Some(tx) => match tx.send(lease) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(lease)) => lease,
-            },
-            None => lease,
-        };
-        let (new_tx, rx) = mpsc::unbounded_channel();
-        let _ = new_tx.send(lease);
-        tokio::spawn(run(Arc::downgrade(inner), rx, self.released.clone()));
-        *tx = Some(new_tx);
+        let at = next_check(&lease, Instant::now());
+        let mut queue = self.shared.queue();
+        let first = queue.next().is_none_or(|next| at < next);
+        queue.schedule(at, lease);
+        // Once released leases may be half the queue, drop them all: each compaction
+        // costs at most twice the releases it follows.
+        let stale = self.shared.released.load(Ordering::Relaxed);
+        if stale >= 1024 && stale * 2 >= queue.leases.len() {
+            self.shared.released.fetch_sub(stale, Ordering::Relaxed);
+            queue.leases.retain(|_, lease| lease.is_active());
+        }
+        let start = !queue.running;
+        queue.running = true;
+        drop(queue);
+        if start {
+            tokio::spawn(run(Arc::downgrade(inner), Running(self.shared.clone())));
+        } else if first {
+            self.shared.changed.notify_one();
+        }
     }
 
     /// Counts a released lease: the queue drops it when compacting, rather than holding
     /// it until it would have come due (up to a whole lease later).
     pub(crate) fn released(&self) {
-        self.released.fetch_add(1, Ordering::Relaxed);
+        self.shared.released.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.changed.notify_one();
+    }
+}
+
+/// The task's hold on the queue: when the task ends or is dropped (its runtime shut
+/// down), the next lease starts another.
+struct Running(Arc<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.queue().running = false;
     }
 }
 
@@ -66,40 +129,22 @@ fn next_check(lease: &Lease, now: Instant) -> Instant {
     renew_at.max(now).min(deadline)
 }
 
-async fn run(
-    inner: Weak<Inner>,
-    mut rx: mpsc::UnboundedReceiver<Arc<Lease>>,
-    released: Arc<AtomicUsize>,
-) {
-    let mut queue: BTreeMap<(Instant, u64), Arc<Lease>> = BTreeMap::new();
-    let mut seq = 0u64;
-    let mut schedule = |queue: &mut BTreeMap<_, _>, at: Instant, lease: Arc<Lease>| {
-        seq += 1;
-        queue.insert((at, seq), lease);
-    };
+async fn run(inner: Weak<Inner>, running: Running) {
+    let shared = &running.0;
     loop {
-        let next = queue.first_key_value().map(|(&(at, _), _)| at);
+        let next = shared.queue().next();
         tokio::select! {
             biased;
-            lease = rx.recv() => match lease {
-                Some(lease) => {
-                    let at = next_check(&lease, Instant::now());
-                    schedule(&mut queue, at, lease);
-                    // Once released leases may be half the queue, drop them all: each
-                    // compaction costs at most twice the releases it follows.
-                    let stale = released.load(Ordering::Relaxed);
-                    if stale >= 1024 && stale * 2 >= queue.len() {
-                        released.fetch_sub(stale, Ordering::Relaxed);
-                        queue.retain(|_, lease| lease.is_active());
-                    }
+            () = shared.changed.notified() => {
+                if shared.closed.load(Ordering::Acquire) {
+                    return;
                 }
-                // The Locker and all its guards are gone.
-                None => return,
-            },
+            }
             () = sleep_until(next), if next.is_some() => {
                 let now = Instant::now();
                 let mut batch = Vec::new();
-                while let Some(entry) = queue.first_entry() {
+                let mut queue = shared.queue();
+                while let Some(entry) = queue.leases.first_entry() {
                     if entry.key().0 > now {
                         break;
                     }
@@ -114,9 +159,9 @@ async fn run(
                     if lease.watchdog && !lease.renewing.swap(true, Ordering::AcqRel) {
                         batch.push(lease.clone());
                     }
-                    let at = next_check(&lease, now);
-                    schedule(&mut queue, at, lease);
+                    queue.schedule(next_check(&lease, now), lease);
                 }
+                drop(queue);
                 if !batch.is_empty() {
                     let Some(inner) = inner.upgrade() else { return };
                     tokio::spawn(renew(inner, batch, now));
