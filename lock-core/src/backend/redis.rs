@@ -397,70 +397,77 @@ impl RedisBackend {
         let key = self.lock_key(name);
         // The counter must outlive every lease drawn from it.
         let fence_ttl_ms = self.fence_ttl_ms.max(millis(lease));
-        let (acquired, value, clock) = self
-            .run("acquire", |conn| async {
-                // If this future is dropped while the script is in flight, or the reply
-                // is lost, the lock may have been taken (or a place in line): give it
-                // back by token, on the same connection so that runs after the acquire.
-                let mut pending = PendingAcquire {
-                    backend: self,
-                    conn,
-                    key: &key,
-                    token,
-                    fair: mode.is_fair(),
-                    armed: true,
-                };
-                let reply: (i64, i64, Option<i64>) = match mode {
-                    Mode::Plain { waits } => {
-                        let keys = ["", FENCE_SUFFIX, LOCKERS_SUFFIX];
-                        let (acquired, value): (i64, i64) =
-                            Call::new(&self.scripts.acquire, &key, &keys)
-                                .arg(token)
-                                .arg(millis(lease))
-                                .arg(fence_ttl_ms)
-                                .arg(if waits { self.listening_id() } else { "" })
-                                .arg(millis(WAITING_LOCKER))
-                                .run(&mut pending.conn)
-                                .await?;
-                        (acquired, value, None)
+        self.run("acquire", |conn| async {
+            // If this future is dropped while the script is in flight, or the reply is
+            // lost, the lock may have been taken (or a place in line): give it back by
+            // token, on the same connection so that runs after the acquire.
+            let mut pending = PendingAcquire {
+                backend: self,
+                conn,
+                key: &key,
+                token,
+                fair: mode.is_fair(),
+                armed: true,
+            };
+            let attempt = match mode {
+                Mode::Plain { waits } => {
+                    let keys = ["", FENCE_SUFFIX, LOCKERS_SUFFIX];
+                    let reply: i64 = Call::new(&self.scripts.acquire, &key, &keys)
+                        .arg(token)
+                        .arg(millis(lease))
+                        .arg(fence_ttl_ms)
+                        .arg(if waits { self.listening_id() } else { "" })
+                        .arg(millis(WAITING_LOCKER))
+                        .run(&mut pending.conn)
+                        .await?;
+                    // One integer: the fence when taken; minus one minus the holder's
+                    // lease left when held (zero: no lease).
+                    match u64::try_from(reply) {
+                        Ok(0) => Attempt::Held {
+                            ttl: None,
+                            clock_us: None,
+                        },
+                        Ok(fence) => Attempt::Acquired { fence, left: None },
+                        Err(_) => Attempt::Held {
+                            ttl: Some(Duration::from_millis((-1 - reply).unsigned_abs())),
+                            clock_us: None,
+                        },
                     }
-                    Mode::Fair { place } => {
-                        let (acquired, value, clock): (i64, i64, i64) = self
-                            .scripts
-                            .fair(
-                                &key,
-                                FairOp::Acquire {
-                                    token,
-                                    lease,
-                                    place,
-                                    locker: &self.channels.id,
-                                },
-                                fence_ttl_ms,
-                            )
-                            .run(&mut pending.conn)
-                            .await?;
-                        (acquired, value, Some(clock))
+                }
+                Mode::Fair { place } => {
+                    let (acquired, value, clock): (i64, i64, i64) = self
+                        .scripts
+                        .fair(
+                            &key,
+                            FairOp::Acquire {
+                                token,
+                                lease,
+                                place,
+                                locker: &self.channels.id,
+                            },
+                            fence_ttl_ms,
+                        )
+                        .run(&mut pending.conn)
+                        .await?;
+                    if acquired == 1 {
+                        Attempt::Acquired {
+                            fence: u64::try_from(value).unwrap_or_default(),
+                            // The lease left: a lock handed over earlier is already
+                            // running its lease.
+                            left: u64::try_from(clock).ok().map(Duration::from_millis),
+                        }
+                    } else {
+                        Attempt::Held {
+                            ttl: u64::try_from(value).ok().map(Duration::from_millis),
+                            clock_us: u64::try_from(clock).ok(),
+                        }
                     }
-                };
-                pending.armed = false;
-                Ok(reply)
-            })
-            .await?;
-        Ok(if acquired == 1 {
-            Attempt::Acquired {
-                fence: u64::try_from(value).unwrap_or_default(),
-                // A fair reply gives the lease left: a lock handed over earlier is
-                // already running its lease.
-                left: clock
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(Duration::from_millis),
-            }
-        } else {
-            Attempt::Held {
-                ttl: u64::try_from(value).ok().map(Duration::from_millis),
-                clock_us: clock.and_then(|us| u64::try_from(us).ok()),
-            }
+                }
+            };
+            pending.armed = false;
+            Ok(attempt)
         })
+        .await
     }
 
     /// Releases if `token` owns `name`. Not retried on a fresh connection: had the first
