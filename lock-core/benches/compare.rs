@@ -230,26 +230,28 @@ async fn run_all(
         }
     }
 
-    // 1. uncontended
-    for sys in [&core, &raw, &rslock]
-        .into_iter()
-        .filter(|_| only.contains(&"uncontended"))
-    {
-        let before = stats.snapshot().await;
-        let sample = uncontended(sys, scale.cycles, &format!("u{workers}")).await;
-        let calls = stats.delta(&before, sys.in_script()).await;
-        report.push(sample.row("uncontended", sys.name(), workers, calls));
+    // 1. uncontended, and 2. parallel: the systems take turns, a round each, so that a
+    // change in the machine's load falls on all of them alike.
+    let systems = [&core, &raw, &rslock];
+    if only.contains(&"uncontended") {
+        let per_round = scale.cycles / ROUNDS;
+        let results = interleaved(&mut stats, &systems, |sys, round| {
+            uncontended(sys, per_round, format!("u{workers}:{round}"))
+        })
+        .await;
+        for (sys, (sample, calls)) in systems.iter().zip(results) {
+            report.push(sample.row("uncontended", sys.name(), workers, calls));
+        }
     }
-
-    // 2. parallel
-    for sys in [&core, &raw, &rslock]
-        .into_iter()
-        .filter(|_| only.contains(&"parallel"))
-    {
-        let before = stats.snapshot().await;
-        let sample = parallel(sys, scale.run, &format!("p{workers}")).await;
-        let calls = stats.delta(&before, sys.in_script()).await;
-        report.push(sample.row("parallel", sys.name(), workers, calls));
+    if only.contains(&"parallel") {
+        let per_round = scale.run / ROUNDS as u32;
+        let results = interleaved(&mut stats, &systems, |sys, round| {
+            parallel(sys, per_round, format!("p{workers}:{round}"))
+        })
+        .await;
+        for (sys, (sample, calls)) in systems.iter().zip(results) {
+            report.push(sample.row("parallel", sys.name(), workers, calls));
+        }
     }
 
     // 3. forced handoff, and 4. the same with the fair lock
@@ -396,6 +398,14 @@ struct Calls {
     sent: u64,
     /// Redis CPU time spent on the commands sent (scripts include their inner calls), µs.
     server_us: u64,
+}
+
+impl Calls {
+    fn add(&mut self, other: Calls) {
+        self.all += other.all;
+        self.sent += other.sent;
+        self.server_us += other.server_us;
+    }
 }
 
 impl Stats {
@@ -609,6 +619,17 @@ struct Sample {
 }
 
 impl Sample {
+    /// Adds another run of the same system: its operations, time and latencies.
+    fn add(&mut self, other: Sample) {
+        self.counted = match (self.counted, other.counted) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(self.ops) + b.unwrap_or(other.ops)),
+        };
+        self.ops += other.ops;
+        self.elapsed += other.elapsed;
+        self.lat.extend(other.lat);
+    }
+
     fn row(&self, scenario: &'static str, system: &str, workers: usize, calls: Calls) -> Row {
         let mut lat = self.lat.clone();
         let counted = self.counted.unwrap_or(self.ops);
@@ -636,8 +657,34 @@ fn percentile(values: &mut [f64], q: f64) -> f64 {
     values[rank - 1]
 }
 
+/// Rounds the uncontended and parallel runs are split into, the systems taking turns.
+const ROUNDS: usize = 5;
+
+/// Runs `round` for each system in turn, [`ROUNDS`] times (each round in a new order):
+/// each system's rounds summed, with the commands Redis ran for them.
+async fn interleaved<F, Fut>(stats: &mut Stats, systems: &[&Sys], round: F) -> Vec<(Sample, Calls)>
+where
+    F: Fn(Sys, usize) -> Fut,
+    Fut: Future<Output = Sample>,
+{
+    let mut results: Vec<(Sample, Calls)> = systems.iter().map(|_| Default::default()).collect();
+    for r in 0..ROUNDS {
+        for i in 0..systems.len() {
+            let at = (i + r) % systems.len();
+            let sys = systems[at];
+            let before = stats.snapshot().await;
+            let sample = round(sys.clone(), r).await;
+            let calls = stats.delta(&before, sys.in_script()).await;
+            let (total, total_calls) = &mut results[at];
+            total.add(sample);
+            total_calls.add(calls);
+        }
+    }
+    results
+}
+
 /// One task, `n` lock + release cycles on distinct keys.
-async fn uncontended(sys: &Sys, n: usize, prefix: &str) -> Sample {
+async fn uncontended(sys: Sys, n: usize, prefix: String) -> Sample {
     let mut lat = Vec::with_capacity(n);
     let started = Instant::now();
     for i in 0..n {
@@ -656,7 +703,7 @@ async fn uncontended(sys: &Sys, n: usize, prefix: &str) -> Sample {
 }
 
 /// 32 tasks, each cycling on its own key, for `run`.
-async fn parallel(sys: &Sys, run: Duration, prefix: &str) -> Sample {
+async fn parallel(sys: Sys, run: Duration, prefix: String) -> Sample {
     let started = Instant::now();
     let deadline = started + run;
     let tasks: Vec<_> = (0..PARALLEL_TASKS)
