@@ -233,10 +233,11 @@ async fn run_all(
     // 1. uncontended, and 2. parallel: the systems take turns, a round each, so that a
     // change in the machine's load falls on all of them alike.
     let systems = [&core, &raw, &rslock];
+    let in_script = systems.map(Sys::in_script);
     if only.contains(&"uncontended") {
         let per_round = scale.cycles / ROUNDS;
-        let results = interleaved(&mut stats, &systems, |sys, round| {
-            uncontended(sys, per_round, format!("u{workers}:{round}"))
+        let results = interleaved(&mut stats, &in_script, |i, r| {
+            uncontended(systems[i].clone(), per_round, format!("u{workers}:{r}"))
         })
         .await;
         for (sys, (sample, calls)) in systems.iter().zip(results) {
@@ -245,8 +246,8 @@ async fn run_all(
     }
     if only.contains(&"parallel") {
         let per_round = scale.run / ROUNDS as u32;
-        let results = interleaved(&mut stats, &systems, |sys, round| {
-            parallel(sys, per_round, format!("p{workers}:{round}"))
+        let results = interleaved(&mut stats, &in_script, |i, r| {
+            parallel(systems[i].clone(), per_round, format!("p{workers}:{r}"))
         })
         .await;
         for (sys, (sample, calls)) in systems.iter().zip(results) {
@@ -336,26 +337,31 @@ async fn run_all(
         report.push(watchdog(&url, &mut stats, workers, scale).await);
     }
 
-    // 6. axum
+    // 6. axum, taking turns as above
     let apps = [
         ("lock-core", App::Core, CORE_IN_SCRIPT),
         ("raw", App::Raw, RAW_IN_SCRIPT),
         ("rslock", App::Rslock, RSLOCK_IN_SCRIPT),
         ("none", App::None, &[][..]),
     ];
-    for (name, app, in_script) in apps.into_iter().filter(|_| only.contains(&"axum")) {
-        let before = stats.snapshot().await;
-        let sample = http_load(app, &locker, &raw_conn, &manager, scale.run).await;
-        let calls = stats.delta(&before, in_script).await;
-        let mut row = sample.row("axum", name, workers, calls);
-        row.note = match app {
-            App::Core => "LockLayer on the route",
-            App::Raw => "handler sends SET NX PX + EVALSHA itself",
-            App::Rslock => "handler locks and unlocks with rslock",
-            App::None => "no lock",
+    if only.contains(&"axum") {
+        let in_script = apps.map(|(_, _, in_script)| in_script);
+        let per_round = scale.run / ROUNDS as u32;
+        let results = interleaved(&mut stats, &in_script, |i, _| {
+            http_load(apps[i].1, &locker, &raw_conn, &manager, per_round)
+        })
+        .await;
+        for ((name, app, _), (sample, calls)) in apps.into_iter().zip(results) {
+            let mut row = sample.row("axum", name, workers, calls);
+            row.note = match app {
+                App::Core => "LockLayer on the route",
+                App::Raw => "handler sends SET NX PX + EVALSHA itself",
+                App::Rslock => "handler locks and unlocks with rslock",
+                App::None => "no lock",
+            }
+            .to_owned();
+            report.push(row);
         }
-        .to_owned();
-        report.push(row);
     }
 }
 
@@ -657,24 +663,30 @@ fn percentile(values: &mut [f64], q: f64) -> f64 {
     values[rank - 1]
 }
 
-/// Rounds the uncontended and parallel runs are split into, the systems taking turns.
+/// Rounds the uncontended, parallel and axum runs are split into, the systems taking
+/// turns.
 const ROUNDS: usize = 5;
 
-/// Runs `round` for each system in turn, [`ROUNDS`] times (each round in a new order):
-/// each system's rounds summed, with the commands Redis ran for them.
-async fn interleaved<F, Fut>(stats: &mut Stats, systems: &[&Sys], round: F) -> Vec<(Sample, Calls)>
+/// Runs `round(i, r)` for each system `i` in turn (Redis runs `in_script[i]` inside its
+/// scripts), [`ROUNDS`] times, each round in a new order: each system's rounds summed,
+/// with the commands Redis ran for them.
+async fn interleaved<F, Fut>(
+    stats: &mut Stats,
+    in_script: &[&[&str]],
+    round: F,
+) -> Vec<(Sample, Calls)>
 where
-    F: Fn(Sys, usize) -> Fut,
+    F: Fn(usize, usize) -> Fut,
     Fut: Future<Output = Sample>,
 {
-    let mut results: Vec<(Sample, Calls)> = systems.iter().map(|_| Default::default()).collect();
+    let n = in_script.len();
+    let mut results: Vec<(Sample, Calls)> = (0..n).map(|_| Default::default()).collect();
     for r in 0..ROUNDS {
-        for i in 0..systems.len() {
-            let at = (i + r) % systems.len();
-            let sys = systems[at];
+        for i in 0..n {
+            let at = (i + r) % n;
             let before = stats.snapshot().await;
-            let sample = round(sys.clone(), r).await;
-            let calls = stats.delta(&before, sys.in_script()).await;
+            let sample = round(at, r).await;
+            let calls = stats.delta(&before, in_script[at]).await;
             let (total, total_calls) = &mut results[at];
             total.add(sample);
             total_calls.add(calls);
