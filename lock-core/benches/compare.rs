@@ -304,10 +304,14 @@ async fn run_all(
             continue;
         }
         let in_script = systems[0].in_script();
+        // The round trip right beside the row, which its p50 is held to: the machine's
+        // speed drifts within a run.
+        let row_rtt = measure_rtt(&url, scale.rtt_samples / 5).await;
         let before = stats.snapshot().await;
         let run = handoff(systems, scale, &format!("h{workers}:{scenario}:{name}")).await;
         let calls = stats.delta(&before, in_script).await;
         let mut row = run.sample.row(scenario, name, workers, calls);
+        row.extra.push(("rtt_us", row_rtt));
         row.extra.push(("acquisitions", run.sample.ops as f64));
         row.extra.push(("fifo_overtakings", run.overtakings as f64));
         let _ = write!(
@@ -1448,12 +1452,19 @@ impl Report {
         for workers in [1, 2] {
             let rtt = self.rtt.get(&workers).copied();
             let core = |s: &str| self.find(s, "lock-core", workers);
-            // A handoff row's p50, as measured and in round trips.
+            // A handoff row's p50, as measured and in round trips (the one measured
+            // beside the row).
             let p50_in_rtts = |h: Option<&Row>| {
                 let p50 = h.and_then(|h| h.p50_us);
-                let ratio = p50.zip(rtt).map(|(p, rtt)| p / rtt);
+                let row_rtt = h.and_then(|h| h.extra("rtt_us")).or(rtt);
+                let ratio = p50.zip(row_rtt).map(|(p, rtt)| p / rtt);
                 (
-                    format!("{} µs = {}", fmt_us(p50), show(ratio, "× RTT")),
+                    format!(
+                        "{} µs = {} ({} µs)",
+                        fmt_us(p50),
+                        show(ratio, "× RTT"),
+                        fmt_num(row_rtt, 1)
+                    ),
                     ratio,
                 )
             };
