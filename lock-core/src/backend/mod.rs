@@ -209,7 +209,7 @@ pub(crate) struct WaitTicket<'a> {
     /// `Locker`: one since this waiter's failed attempt has woken a waiter or left a
     /// wake-up (or, for a fair waiter, its hand-over) for the next to wait. It need not
     /// try again before waiting: in steady contention that saves one command per
-    /// acquisition. Cleared once it waited.
+    /// acquisition. Cleared by the wait loop's first turn.
     pub(crate) joined_subscribed: bool,
     /// Its attempts that found the lock held.
     pub(crate) failed: u32,
