@@ -466,8 +466,17 @@ impl Stats {
 
     async fn delta(&mut self, before: &BTreeMap<String, (u64, u64)>, in_script: &[&str]) -> Calls {
         let after = self.snapshot().await;
+        Self::between(before, &after, in_script)
+    }
+
+    /// What Redis ran from `before` to `after`.
+    fn between(
+        before: &BTreeMap<String, (u64, u64)>,
+        after: &BTreeMap<String, (u64, u64)>,
+        in_script: &[&str],
+    ) -> Calls {
         let mut calls = Calls::default();
-        for (name, (n, us)) in &after {
+        for (name, (n, us)) in after {
             if name == "info" {
                 continue;
             }
@@ -685,12 +694,17 @@ where
 {
     let n = in_script.len();
     let mut results: Vec<(Sample, Calls)> = (0..n).map(|_| Default::default()).collect();
+    // Earlier steps' background work lands first; then the rounds run back to back, as
+    // one continuous run would (a pause before each round made the round after it run
+    // differently, and not alike for every system).
+    let mut before = stats.snapshot().await;
     for r in 0..ROUNDS {
         for i in 0..n {
             let at = (i + r) % n;
-            let before = stats.snapshot().await;
             let sample = round(at, r).await;
-            let calls = stats.delta(&before, in_script[at]).await;
+            let after = stats.read().await;
+            let calls = Stats::between(&before, &after, in_script[at]);
+            before = after;
             let (total, total_calls) = &mut results[at];
             total.add(sample);
             total_calls.add(calls);
