@@ -2,7 +2,6 @@
 //! so the hot path has no boxing and no dynamic dispatch.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -160,7 +159,7 @@ impl Backend {
             fair,
             joined_subscribed,
             failed: 0,
-            held: AtomicBool::new(false),
+            held: false,
         }
     }
 
@@ -214,7 +213,7 @@ pub(crate) struct WaitTicket<'a> {
     /// Its attempts that found the lock held.
     pub(crate) failed: u32,
     /// It got the lock: leaving is not giving up.
-    held: AtomicBool,
+    held: bool,
 }
 
 impl WaitTicket<'_> {
@@ -230,8 +229,8 @@ impl WaitTicket<'_> {
     }
 
     /// The waiter took the lock: leaving is not giving up.
-    pub(crate) fn succeeded(&self) {
-        self.held.store(true, Ordering::Relaxed);
+    pub(crate) fn succeeded(&mut self) {
+        self.held = true;
         self.waiter.done();
     }
 
@@ -262,7 +261,7 @@ impl Drop for WaitTicket<'_> {
     fn drop(&mut self) {
         let key = self.slot.key();
         let token = &self.waiter.token;
-        let held = self.held.load(Ordering::Relaxed);
+        let held = self.held;
         if self.fair {
             self.slot.forget_grant(token);
             if !held {
