@@ -7,8 +7,9 @@
 //!
 //! A waiter joins before its next attempt, so a release that lands between a failed
 //! attempt and the wait still wakes it. Each release wakes one waiter (the one waiting
-//! longest); a woken waiter that loses the race to another contender simply waits again,
-//! so there is no thundering herd. A fair lock handed over to a waiter by name wakes
+//! longest among those not woken yet and not being passed the lock); a woken waiter that
+//! loses the race to another contender simply waits again, so there is no thundering
+//! herd. A fair lock handed over to a waiter by name wakes
 //! that waiter alone.
 //!
 //! A plain lock released while a task of the same `Locker` waits for it can be passed to
