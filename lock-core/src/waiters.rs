@@ -474,20 +474,14 @@ impl Waiters {
         slot
     }
 
-    /// Unregisters a waiter of `key`. The last one out removes the lock's slot, unless
+    /// Unregisters a waiter of `slot`'s lock. The last one out removes the slot, unless
     /// it is to `linger`: then the slot stays (and keeps receiving release messages)
     /// until [`remove_if_idle`](Self::remove_if_idle).
-    pub(crate) fn leave(
-        &self,
-        key: &Arc<str>,
-        slot: &Arc<Slot>,
-        linger: bool,
-        on_edge: impl FnOnce(Edge),
-    ) {
+    pub(crate) fn leave(&self, slot: &Arc<Slot>, linger: bool, on_edge: impl FnOnce(Edge)) {
         let mut slots = self.slots();
         if slot.count.fetch_sub(1, Ordering::Relaxed) == 1 {
-            if !linger && slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
-                slots.remove(key);
+            if !linger && slots.get(slot.key()).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+                slots.remove(slot.key());
             }
             on_edge(Edge::Changed);
         } else {
@@ -568,8 +562,8 @@ mod tests {
         let a = waiters.join(&key, |e| edges.push(e));
         let b = waiters.join(&key, |e| edges.push(e));
         assert!(Arc::ptr_eq(&a, &b));
-        waiters.leave(&key, &a, false, |e| edges.push(e));
-        waiters.leave(&key, &b, false, |e| edges.push(e));
+        waiters.leave(&a, false, |e| edges.push(e));
+        waiters.leave(&b, false, |e| edges.push(e));
         assert_eq!(
             edges,
             [
@@ -587,13 +581,13 @@ mod tests {
         let waiters = Waiters::default();
         let key: Arc<str> = "k".into();
         let a = waiters.join(&key, |_| {});
-        waiters.leave(&key, &a, true, |e| assert_eq!(e, Edge::Changed));
+        waiters.leave(&a, true, |e| assert_eq!(e, Edge::Changed));
         assert_eq!(waiters.keys(), [(key.clone(), false)]);
         // A waiter coming back finds the same slot: no new subscription.
         let b = waiters.join(&key, |e| assert_eq!(e, Edge::Unchanged));
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!waiters.remove_if_idle("k"), "removed a slot with a waiter");
-        waiters.leave(&key, &b, true, |_| {});
+        waiters.leave(&b, true, |_| {});
         assert!(waiters.remove_if_idle("k"));
         assert!(waiters.keys().is_empty());
     }
@@ -751,7 +745,7 @@ mod tests {
         let lease = Duration::from_secs(30);
         let a = slot.join_line("a".into(), lease, true);
         assert_eq!(slot.leave_line(&a), OnGiveUp::Nothing);
-        waiters.leave(&key, &slot, true, |_| {});
+        waiters.leave(&slot, true, |_| {});
         assert!(!waiters.wake_one("k"), "no waiter left");
         let slot = waiters.join(&key, |_| {});
         let b = slot.join_line("b".into(), lease, true);

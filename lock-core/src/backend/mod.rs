@@ -280,8 +280,8 @@ impl Drop for WaitTicket<'_> {
             r.release_key_detached(key, token);
         }
         match self.backend {
-            Backend::Redis(r) => r.leave(key, &self.slot, !held),
-            Backend::Memory(m) => m.waiters.leave(key, &self.slot, false, |_| {}),
+            Backend::Redis(r) => r.leave(&self.slot, !held),
+            Backend::Memory(m) => m.waiters.leave(&self.slot, false, |_| {}),
         }
     }
 }

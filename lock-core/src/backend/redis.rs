@@ -795,12 +795,13 @@ impl RedisBackend {
         (slot, subscribed)
     }
 
-    /// Unregisters a waiter of lock `key`. When the last local one leaves without the
+    /// Unregisters a waiter of `slot`'s lock. When the last local one leaves without the
     /// lock (`gave_up`), this `Locker` is taken out of the lock's waiting `Locker`s, so
     /// that no release wakes it for nothing.
-    pub(crate) fn leave(self: &Arc<Self>, key: &Arc<str>, slot: &Arc<Slot>, gave_up: bool) {
+    pub(crate) fn leave(self: &Arc<Self>, slot: &Arc<Slot>, gave_up: bool) {
+        let key = slot.key();
         let mut last = false;
-        self.waiters.leave(key, slot, self.hub.is_some(), |edge| {
+        self.waiters.leave(slot, self.hub.is_some(), |edge| {
             if let (Some(hub), Edge::Changed) = (&self.hub, edge) {
                 hub.send(HubCmd::Idle(key.clone()));
                 last = true;
