@@ -544,19 +544,20 @@ impl RedisBackend {
         {
             return Plan::Pass(passer);
         }
-        Plan::GiveBack(GiveBack::Release {
-            own_waits: self.hub.is_some() && slot.is_some_and(|slot| slot.has_waiters()),
-        })
+        Plan::GiveBack(self.release_seeing(slot.as_deref()))
     }
 
     /// The plain release of lock `key`, with no pass.
     fn plain_release(&self, key: &str) -> GiveBack {
-        let own_waits = self.hub.is_some()
-            && self
-                .waiters
-                .slot(key)
-                .is_some_and(|slot| slot.has_waiters());
-        GiveBack::Release { own_waits }
+        self.release_seeing(self.waiters.slot(key).as_deref())
+    }
+
+    /// The plain release of a lock whose local waiters, if any, are in `slot`: they are
+    /// woken by the release too (when no other process waits), if they listen at all.
+    fn release_seeing(&self, slot: Option<&Slot>) -> GiveBack {
+        GiveBack::Release {
+            own_waits: self.hub.is_some() && slot.is_some_and(Slot::has_waiters),
+        }
     }
 
     /// Passes lock `key` from its holder `token` to the local waiter `passer`, in one
