@@ -1,9 +1,12 @@
 //! Where locks live: Redis, or this process's memory. An enum rather than a trait object,
 //! so the hot path has no boxing and no dynamic dispatch.
 
+use std::future::ready;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+use futures_util::future::Either;
 
 use crate::LockError;
 use crate::waiters::{Grant, OnGiveUp, Slot, Waiter};
@@ -55,16 +58,18 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    pub(crate) async fn try_acquire(
-        &self,
+    /// One attempt at lock `name`. In memory it is over before the future is polled;
+    /// the future holds only what a Redis attempt needs after it is sent.
+    pub(crate) fn try_acquire<'a>(
+        &'a self,
         name: &str,
-        token: &str,
+        token: &'a str,
         lease: Duration,
         mode: Mode,
-    ) -> Result<Attempt, LockError> {
+    ) -> impl Future<Output = Result<Attempt, LockError>> + Send + 'a {
         match self {
-            Self::Redis(r) => r.try_acquire(name, token, lease, mode).await,
-            Self::Memory(m) => Ok(m.try_acquire(name, token, lease, mode)),
+            Self::Redis(r) => Either::Left(r.try_acquire(name, token, lease, mode)),
+            Self::Memory(m) => Either::Right(ready(Ok(m.try_acquire(name, token, lease, mode)))),
         }
     }
 

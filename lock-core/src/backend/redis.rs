@@ -6,6 +6,7 @@
 //! pub/sub connection per `Locker` (see [`Hub`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -88,23 +89,15 @@ struct Call<'a> {
 impl<'a> Call<'a> {
     /// `script` on the keys of lock `key` with these `suffixes` (`""`: the lock key).
     fn new(script: &'a Script, key: &str, suffixes: &[&str]) -> Self {
-        let mut cmd = redis::Cmd::with_capacity(
-            12,
-            128 + suffixes.iter().map(|s| key.len() + s.len()).sum::<usize>(),
-        );
+        // Room for the keys, and for the longest arguments (two uuids and five numbers),
+        // so that no call grows its buffer.
+        let keys: usize = suffixes.iter().map(|s| key.len() + s.len()).sum();
+        let mut cmd = redis::Cmd::with_capacity(16, 256 + keys);
         cmd.arg("EVALSHA")
             .arg(script.get_hash())
             .arg(suffixes.len());
-        let mut name = String::new();
         for suffix in suffixes {
-            if suffix.is_empty() {
-                cmd.arg(key);
-            } else {
-                name.clear();
-                name.push_str(key);
-                name.push_str(suffix);
-                cmd.arg(name.as_str());
-            }
+            cmd.arg(Suffixed(key, suffix));
         }
         Self { script, cmd }
     }
@@ -122,7 +115,8 @@ impl<'a> Call<'a> {
     ) -> Result<T, RedisError> {
         match self.cmd.query_async(conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.script.prepare_invoke().load_async(conn).await?;
+                // Boxed: loading is rare, and its future would make every call's larger.
+                Box::pin(self.script.prepare_invoke().load_async(conn)).await?;
                 self.cmd.query_async(conn).await
             }
             reply => reply,
@@ -160,6 +154,18 @@ impl Scripts {
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
             .arg(millis(WAITING_LOCKER))
             .arg(locker)
+    }
+}
+
+/// A key written as one argument from two parts, with no string in between.
+struct Suffixed<'a>(&'a str, &'a str);
+
+impl redis::ToRedisArgs for Suffixed<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let mut arg = out.writer_for_next_arg();
+        // Writing into a command's buffer cannot fail.
+        let _ = arg.write_all(self.0.as_bytes());
+        let _ = arg.write_all(self.1.as_bytes());
     }
 }
 
@@ -346,21 +352,27 @@ impl RedisBackend {
     /// on a fresh one. Only operations that are safe to repeat come here: the acquire
     /// script recognises its own token, extend and reads are idempotent. A timeout is
     /// not retried: the first request may still run.
-    async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep a second copy of its arguments in every attempt's future"
+    )]
+    fn run<T, F, Fut>(&self, what: &str, op: F) -> impl Future<Output = Result<T, LockError>>
     where
         F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        let (conn, shared) = self.conn_and_origin().await?;
-        match op(conn).await {
-            Ok(value) => Ok(value),
-            Err(e) if shared && e.is_connection_dropped() && !e.is_timeout() => {
-                tracing::debug!(error = %e, "shared redis connection is dead; retrying on a fresh one");
-                self.conn.store(None);
-                let conn = self.conn().await?;
-                op(conn).await.map_err(|e| self.error(what, e))
+        async move {
+            let (conn, shared) = self.conn_and_origin().await?;
+            match op(conn).await {
+                Ok(value) => Ok(value),
+                Err(e) if shared && e.is_connection_dropped() && !e.is_timeout() => {
+                    tracing::debug!(error = %e, "shared redis connection is dead; retrying on a fresh one");
+                    self.conn.store(None);
+                    let conn = self.conn().await?;
+                    op(conn).await.map_err(|e| self.error(what, e))
+                }
+                Err(e) => Err(self.error(what, e)),
             }
-            Err(e) => Err(self.error(what, e)),
         }
     }
 
@@ -387,87 +399,66 @@ impl RedisBackend {
         key.push('}');
     }
 
-    pub(crate) async fn try_acquire(
-        self: &Arc<Self>,
+    /// One attempt at lock `name`. The script call is built before the future, so the
+    /// future (boxed by the caller, once per attempt) holds it once.
+    pub(crate) fn try_acquire<'a>(
+        self: &'a Arc<Self>,
         name: &str,
-        token: &str,
+        token: &'a str,
         lease: Duration,
         mode: Mode,
-    ) -> Result<Attempt, LockError> {
+    ) -> impl Future<Output = Result<Attempt, LockError>> + Send + 'a {
         let key = self.lock_key(name);
         // The counter must outlive every lease drawn from it.
         let fence_ttl_ms = self.fence_ttl_ms.max(millis(lease));
-        self.run("acquire", |conn| async {
-            // If this future is dropped while the script is in flight, or the reply is
-            // lost, the lock may have been taken (or a place in line): give it back by
-            // token, on the same connection so that runs after the acquire.
-            let mut pending = PendingAcquire {
-                backend: self,
-                conn,
-                key: &key,
-                token,
-                fair: mode.is_fair(),
-                armed: true,
-            };
-            let attempt = match mode {
-                Mode::Plain { waits } => {
-                    let keys = ["", FENCE_SUFFIX, LOCKERS_SUFFIX];
-                    let reply: i64 = Call::new(&self.scripts.acquire, &key, &keys)
-                        .arg(token)
-                        .arg(millis(lease))
-                        .arg(fence_ttl_ms)
-                        .arg(if waits { self.listening_id() } else { "" })
-                        .arg(millis(WAITING_LOCKER))
-                        .run(&mut pending.conn)
-                        .await?;
-                    // One integer: the fence when taken; minus one minus the holder's
-                    // lease left when held (zero: no lease).
-                    match u64::try_from(reply) {
-                        Ok(0) => Attempt::Held {
-                            ttl: None,
-                            clock_us: None,
-                        },
-                        Ok(fence) => Attempt::Acquired { fence, left: None },
-                        Err(_) => Attempt::Held {
-                            ttl: Some(Duration::from_millis((-1 - reply).unsigned_abs())),
-                            clock_us: None,
-                        },
-                    }
-                }
-                Mode::Fair { place } => {
-                    let (acquired, value, clock): (i64, i64, i64) = self
-                        .scripts
-                        .fair(
-                            &key,
-                            FairOp::Acquire {
-                                token,
-                                lease,
-                                place,
-                                locker: &self.channels.id,
-                            },
-                            fence_ttl_ms,
-                        )
-                        .run(&mut pending.conn)
-                        .await?;
-                    if acquired == 1 {
-                        Attempt::Acquired {
-                            fence: u64::try_from(value).unwrap_or_default(),
-                            // The lease left: a lock handed over earlier is already
-                            // running its lease.
-                            left: u64::try_from(clock).ok().map(Duration::from_millis),
-                        }
+        let call = match mode {
+            Mode::Plain { waits } => {
+                let keys = ["", FENCE_SUFFIX, LOCKERS_SUFFIX];
+                Call::new(&self.scripts.acquire, &key, &keys)
+                    .arg(token)
+                    .arg(millis(lease))
+                    .arg(fence_ttl_ms)
+                    .arg(if waits { self.listening_id() } else { "" })
+                    .arg(millis(WAITING_LOCKER))
+            }
+            Mode::Fair { place } => self.scripts.fair(
+                &key,
+                FairOp::Acquire {
+                    token,
+                    lease,
+                    place,
+                    locker: &self.channels.id,
+                },
+                fence_ttl_ms,
+            ),
+        };
+        async move {
+            let (key, call) = (&key, &call);
+            self.run("acquire", |conn| {
+                // If this future is dropped while the script is in flight, or the reply
+                // is lost, the lock may have been taken (or a place in line): give it
+                // back by token, on the same connection so that runs after the acquire.
+                let mut pending = PendingAcquire {
+                    backend: self,
+                    conn,
+                    key,
+                    token,
+                    fair: mode.is_fair(),
+                    armed: true,
+                };
+                async move {
+                    let attempt = if mode.is_fair() {
+                        let reply: (i64, i64, i64) = call.run(&mut pending.conn).await?;
+                        fair_attempt(reply)
                     } else {
-                        Attempt::Held {
-                            ttl: u64::try_from(value).ok().map(Duration::from_millis),
-                            clock_us: u64::try_from(clock).ok(),
-                        }
-                    }
+                        plain_attempt(call.run(&mut pending.conn).await?)
+                    };
+                    pending.disarm();
+                    Ok(attempt)
                 }
-            };
-            pending.armed = false;
-            Ok(attempt)
-        })
-        .await
+            })
+            .await
+        }
     }
 
     /// Releases if `token` owns `name`. Not retried on a fresh connection: had the first
@@ -841,6 +832,13 @@ struct PendingAcquire<'a> {
     armed: bool,
 }
 
+impl PendingAcquire<'_> {
+    /// The reply came: nothing to give back.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
 impl Drop for PendingAcquire<'_> {
     fn drop(&mut self) {
         if !self.armed {
@@ -893,6 +891,39 @@ impl Detached {
                 return;
             }
             idle.await;
+        }
+    }
+}
+
+/// The acquire script's reply, one integer: the fence when taken; minus one minus the
+/// holder's lease left when held (zero: no lease).
+fn plain_attempt(reply: i64) -> Attempt {
+    match u64::try_from(reply) {
+        Ok(0) => Attempt::Held {
+            ttl: None,
+            clock_us: None,
+        },
+        Ok(fence) => Attempt::Acquired { fence, left: None },
+        Err(_) => Attempt::Held {
+            ttl: Some(Duration::from_millis((-1 - reply).unsigned_abs())),
+            clock_us: None,
+        },
+    }
+}
+
+/// The fair script's reply to an acquire: taken (1) with the fence and, for a lock handed
+/// over earlier, the lease it still has; or not (0) with the holder's lease left and the
+/// server clock.
+fn fair_attempt((acquired, value, clock): (i64, i64, i64)) -> Attempt {
+    if acquired == 1 {
+        Attempt::Acquired {
+            fence: u64::try_from(value).unwrap_or_default(),
+            left: u64::try_from(clock).ok().map(Duration::from_millis),
+        }
+    } else {
+        Attempt::Held {
+            ttl: u64::try_from(value).ok().map(Duration::from_millis),
+            clock_us: u64::try_from(clock).ok(),
         }
     }
 }
