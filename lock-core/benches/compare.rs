@@ -46,11 +46,11 @@ return 0"#;
 /// Commands that each system runs only inside its Lua scripts. `INFO commandstats` counts
 /// those too; subtracting them leaves the commands the client sent.
 const CORE_IN_SCRIPT: &[&str] = &[
-    "set", "exists", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "zadd", "zpopmin",
+    "set", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "zadd", "zpopmin",
 ];
 const FAIR_IN_SCRIPT: &[&str] = &[
-    "set", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "lindex", "hget", "lpop",
-    "hdel", "hset", "rpush", "lrem", "zadd", "zpopmin",
+    "set", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "hget", "lpop", "hdel",
+    "hset", "rpush", "lrem", "zadd", "zpopmin",
 ];
 const RAW_IN_SCRIPT: &[&str] = &["get", "del"];
 const RSLOCK_IN_SCRIPT: &[&str] = &["get", "del"];

@@ -28,23 +28,23 @@ local op, token = ARGV[1], ARGV[2]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
--- The first waiter in line whose place has not run out, its lease and its Locker; the
--- waiters ahead of it, gone or out of time, are dropped.
-local function first_in_line()
+-- The first waiter in line whose place has not run out, taken out of the line, with its
+-- lease and its Locker (whoever is found gets the lock); the waiters ahead of it, gone or
+-- out of time, are dropped.
+local function next_in_line()
   while true do
-    local head = redis.call('LINDEX', line, 0)
+    local head = redis.call('LPOP', line)
     if not head then
       return nil
     end
     local place = redis.call('HGET', places, head)
+    redis.call('HDEL', places, head)
     if place then
       local expires, lease, locker = string.match(place, '^(%d+):(%d+):(%x+)$')
       if expires and tonumber(expires) > now then
         return head, lease, locker
       end
     end
-    redis.call('LPOP', line)
-    redis.call('HDEL', places, head)
   end
 end
 
@@ -53,11 +53,9 @@ local function take(owner, lease)
   return draw_fence(counter, math.max(tonumber(ARGV[4]), tonumber(lease)))
 end
 
--- Gives the lock to the first in line and tells its Locker, with its token and the
--- server time (from which it reckons its lease).
+-- Gives the lock to the waiter taken out of the line and tells its Locker, with its token
+-- and the server time (from which it reckons its lease).
 local function hand_over(head, lease, locker)
-  redis.call('LPOP', line)
-  redis.call('HDEL', places, head)
   local fence = take(head, lease)
   redis.call('PUBLISH', channel .. ':' .. locker, string.format('%s %d %d', head, fence, now))
 end
@@ -70,12 +68,8 @@ if op == 'acquire' then
     return {1, current_fence(counter, ARGV[4]), redis.call('PTTL', lock)}
   end
   if not owner then
-    local head, lease, locker = first_in_line()
+    local head, lease, locker = next_in_line()
     if not head or head == token then
-      if head then
-        redis.call('LPOP', line)
-        redis.call('HDEL', places, head)
-      end
       return {1, take(token, ARGV[3]), tonumber(ARGV[3])}
     end
     -- Free (its holder's lease ran out, or a plain release freed it) with someone
@@ -90,7 +84,7 @@ if op == 'acquire' then
     end
     redis.call('PEXPIRE', line, ARGV[6])
     redis.call('PEXPIRE', places, ARGV[6])
-    register(KEYS[6], ARGV[7], ARGV[6])
+    register(KEYS[6], ARGV[7], ARGV[6], now)
   end
   return {0, redis.call('PTTL', lock), now}
 end
@@ -102,7 +96,7 @@ end
 if redis.call('GET', lock) ~= token then
   return 0
 end
-local head, lease, locker = first_in_line()
+local head, lease, locker = next_in_line()
 if head then
   hand_over(head, lease, locker)
 else

@@ -5,10 +5,14 @@
 -- longest that still listens. Its waiter then asks, and if someone else was quicker,
 -- its Locker goes back in the set. The set runs out unless waiters keep asking.
 
--- Puts Locker `id` in the set, unless it is there already (keeping its place).
-local function register(lockers, id, ttl_ms)
-  local now = redis.call('TIME')
-  redis.call('ZADD', lockers, 'NX', now[1] * 1000000 + now[2], id)
+-- Puts Locker `id` in the set, unless it is there already (keeping its place); `now_us`
+-- is the server clock in microseconds, when the caller has read it already.
+local function register(lockers, id, ttl_ms, now_us)
+  if not now_us then
+    local now = redis.call('TIME')
+    now_us = now[1] * 1000000 + now[2]
+  end
+  redis.call('ZADD', lockers, 'NX', now_us, id)
   redis.call('PEXPIRE', lockers, ttl_ms)
 end
 
