@@ -7,9 +7,10 @@
 //! gone, another owner holds it, or the server does not answer) is marked lost. With the
 //! watchdog off, a lease only comes up at its deadline, to be marked lost.
 //!
-//! A new lease goes straight into the queue, shared with the task, which is woken only
-//! when the lease is due before everything queued (the first one, or a shorter lease):
-//! taking a lock does not cost a task switch.
+//! A new lease goes straight into the queue's inbox, shared with the task, which is woken
+//! only when the lease is due before everything queued (the first one, or a shorter
+//! lease): taking a lock does not cost a task switch. The task sorts the inbox in when it
+//! wakes, so a lease released before then (most are) is never sorted.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -42,6 +43,10 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Queue {
     leases: BTreeMap<(Instant, u64), Arc<Lease>>,
+    /// Leases queued since the task last woke, with when each is due.
+    inbox: Vec<(Instant, Arc<Lease>)>,
+    /// When the first lease in the inbox is due.
+    inbox_next: Option<Instant>,
     seq: u64,
     /// Whether a task serves the queue (none yet, or the runtime it ran on shut down).
     running: bool,
@@ -54,7 +59,32 @@ impl Queue {
     }
 
     fn next(&self) -> Option<Instant> {
-        self.leases.first_key_value().map(|(&(at, _), _)| at)
+        let sorted = self.leases.first_key_value().map(|(&(at, _), _)| at);
+        match (sorted, self.inbox_next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.leases.len() + self.inbox.len()
+    }
+
+    /// Sorts the inbox's leases in, but for those released meanwhile.
+    fn sort_inbox(&mut self) {
+        for (at, lease) in std::mem::take(&mut self.inbox) {
+            if lease.is_active() {
+                self.schedule(at, lease);
+            }
+        }
+        self.inbox_next = None;
+    }
+
+    /// Drops the released leases.
+    fn compact(&mut self) {
+        self.leases.retain(|_, lease| lease.is_active());
+        self.inbox.retain(|(_, lease)| lease.is_active());
+        self.inbox_next = self.inbox.iter().map(|&(at, _)| at).min();
     }
 }
 
@@ -72,13 +102,14 @@ impl Watchdog {
         let at = next_check(&lease, Instant::now());
         let mut queue = self.shared.queue();
         let first = queue.next().is_none_or(|next| at < next);
-        queue.schedule(at, lease);
+        queue.inbox.push((at, lease));
+        queue.inbox_next = Some(queue.inbox_next.map_or(at, |next| next.min(at)));
         // Once released leases may be half the queue, drop them all: each compaction
         // costs at most twice the releases it follows.
         let stale = self.shared.released.load(Ordering::Relaxed);
-        if stale >= 1024 && stale * 2 >= queue.leases.len() {
+        if stale >= 1024 && stale * 2 >= queue.len() {
             self.shared.released.fetch_sub(stale, Ordering::Relaxed);
-            queue.leases.retain(|_, lease| lease.is_active());
+            queue.compact();
         }
         let start = !queue.running;
         queue.running = true;
@@ -144,6 +175,7 @@ async fn run(inner: Weak<Inner>, running: Running) {
                 let now = Instant::now();
                 let mut batch = Vec::new();
                 let mut queue = shared.queue();
+                queue.sort_inbox();
                 while let Some(entry) = queue.leases.first_entry() {
                     if entry.key().0 > now {
                         break;
