@@ -633,6 +633,8 @@ struct Sample {
     ops: usize,
     elapsed: Duration,
     lat: Vec<f64>,
+    /// The latencies of each call, acquire and release, where an operation is both.
+    calls: Option<[Vec<f64>; 2]>,
     /// Operations the Redis commands are divided by, when not `ops`.
     counted: Option<usize>,
 }
@@ -647,12 +649,42 @@ impl Sample {
         self.ops += other.ops;
         self.elapsed += other.elapsed;
         self.lat.extend(other.lat);
+        if let Some([acquire, release]) = other.calls {
+            let [a, r] = self.calls.get_or_insert_default();
+            a.extend(acquire);
+            r.extend(release);
+        }
     }
 
     fn row(&self, scenario: &'static str, system: &str, workers: usize, calls: Calls) -> Row {
         let mut lat = self.lat.clone();
         let counted = self.counted.unwrap_or(self.ops);
         let per_op = |n: u64| (counted > 0).then(|| n as f64 / counted as f64);
+        let mut extra = Vec::new();
+        let mut note = String::new();
+        if let Some([acquire, release]) = &self.calls {
+            let (mut acquire, mut release) = (acquire.clone(), release.clone());
+            let quantiles = [
+                percentile(&mut acquire, 0.5),
+                percentile(&mut acquire, 0.99),
+                percentile(&mut release, 0.5),
+                percentile(&mut release, 0.99),
+            ];
+            note = format!(
+                "acquire p50/p99 {} / {} µs, release {} / {} µs",
+                fmt_us(Some(quantiles[0])),
+                fmt_us(Some(quantiles[1])),
+                fmt_us(Some(quantiles[2])),
+                fmt_us(Some(quantiles[3])),
+            );
+            let names = [
+                "acquire_p50_us",
+                "acquire_p99_us",
+                "release_p50_us",
+                "release_p99_us",
+            ];
+            extra = names.into_iter().zip(quantiles).collect();
+        }
         Row {
             ops_per_sec: Some(self.ops as f64 / self.elapsed.as_secs_f64()),
             p50_us: (!lat.is_empty()).then(|| percentile(&mut lat, 0.5)),
@@ -660,6 +692,8 @@ impl Sample {
             commands_per_op: per_op(calls.sent),
             redis_calls_per_op: per_op(calls.all),
             redis_us_per_op: per_op(calls.server_us),
+            extra,
+            note,
             ..Row::empty(scenario, system, Some(workers))
         }
     }
@@ -713,21 +747,27 @@ where
     results
 }
 
-/// One task, `n` lock + release cycles on distinct keys.
+/// One task, `n` lock + release cycles on distinct keys; each call timed too.
 async fn uncontended(sys: Sys, n: usize, prefix: String) -> Sample {
     let mut lat = Vec::with_capacity(n);
+    let [mut acquire, mut release] = [(); 2].map(|()| Vec::with_capacity(n));
     let started = Instant::now();
     for i in 0..n {
         let key = format!("{prefix}:{i}");
         let t = Instant::now();
         let held = sys.acquire(&key).await;
+        let acquired = Instant::now();
         sys.release(held).await;
-        lat.push(micros(t.elapsed()));
+        let done = Instant::now();
+        acquire.push(micros(acquired - t));
+        release.push(micros(done - acquired));
+        lat.push(micros(done - t));
     }
     Sample {
         ops: n,
         elapsed: started.elapsed(),
         lat,
+        calls: Some([acquire, release]),
         counted: None,
     }
 }
@@ -883,6 +923,7 @@ async fn handoff(systems: Vec<Sys>, scale: Scale, key: &str) -> Handoff {
             ops,
             elapsed: elapsed.unwrap_or_default(),
             lat,
+            calls: None,
             counted: Some(relay.all.load(Ordering::Relaxed)),
         },
         cut_short: ops < scale.handoffs,
