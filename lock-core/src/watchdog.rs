@@ -60,10 +60,7 @@ impl Queue {
 
     fn next(&self) -> Option<Instant> {
         let sorted = self.leases.first_key_value().map(|(&(at, _), _)| at);
-        match (sorted, self.inbox_next) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        sorted.into_iter().chain(self.inbox_next).min()
     }
 
     fn len(&self) -> usize {
@@ -90,7 +87,8 @@ impl Queue {
 
 impl Shared {
     fn queue(&self) -> MutexGuard<'_, Queue> {
-        // Every update is one insert or remove, so a poisoned lock is still safe to use.
+        // No update of the queue can panic halfway (no user code runs under the lock), so
+        // a poisoned lock still guards a whole queue.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
