@@ -7,7 +7,7 @@ use lock_core::{LockError, Locker, distributed_lock};
 use serde::Serialize;
 
 use crate::Config;
-use crate::store::{Store, StoreError, Write};
+use crate::store::{Read, Store, StoreError, Write};
 
 /// An account id: 1 to 64 bytes of `[A-Za-z0-9_-]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,8 +65,8 @@ pub(crate) enum BankError {
     Overflow {
         id: AccountId,
     },
-    /// The store refused the write: a newer lock holder had written an account, so this
-    /// one's lease ran out.
+    /// The store refused the read or the write: a newer lock holder had read or written
+    /// an account, so this one's lease ran out.
     Stale,
     Lock(LockError),
     Store(StoreError),
@@ -163,14 +163,14 @@ impl Bank {
     }
 
     /// The deliberately non-atomic read-modify-write the locks protect: read the balance,
-    /// wait a moment, write back what `change` made of it, with the writer's token.
+    /// wait a moment, write back what `change` made of it; both with the lock's token.
     async fn update(
         &self,
         id: &AccountId,
         fence: u64,
         change: impl FnOnce(i64) -> Result<i64, BankError>,
     ) -> Result<i64, BankError> {
-        let balance = self.store.balance(&id.0).await?;
+        let [balance] = self.read([(id, fence)]).await?;
         tokio::time::sleep(self.delay).await;
         let balance = change(balance)?;
         self.write(&[(id, balance, fence)]).await?;
@@ -223,8 +223,7 @@ impl Bank {
         amount: Amount,
         (from_fence, to_fence): (u64, u64),
     ) -> Result<(i64, i64), BankError> {
-        let from_balance = self.store.balance(&from.0).await?;
-        let to_balance = self.store.balance(&to.0).await?;
+        let [from_balance, to_balance] = self.read([(from, from_fence), (to, to_fence)]).await?;
         tokio::time::sleep(self.delay).await;
         let from_balance = take(from, from_balance, amount)?;
         let to_balance = to_balance
@@ -235,8 +234,19 @@ impl Bank {
         Ok((from_balance, to_balance))
     }
 
+    /// Reads the balances of accounts for a read-modify-write, each with the fencing
+    /// token of the lock on it, which the store records; [`BankError::Stale`] if it
+    /// refused a token.
+    pub(crate) async fn read<const N: usize>(
+        &self,
+        reads: [(&AccountId, u64); N],
+    ) -> Result<[i64; N], BankError> {
+        let reads = reads.map(|(id, fence)| Read { id: &id.0, fence });
+        self.store.read(&reads).await?.ok_or(BankError::Stale)
+    }
+
     /// Writes all the balances or none; [`BankError::Stale`] if the store refused a token.
-    async fn write(&self, writes: &[(&AccountId, i64, u64)]) -> Result<(), BankError> {
+    pub(crate) async fn write(&self, writes: &[(&AccountId, i64, u64)]) -> Result<(), BankError> {
         let writes: Vec<Write<'_>> = writes
             .iter()
             .map(|&(id, balance, fence)| Write {

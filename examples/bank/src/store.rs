@@ -1,9 +1,13 @@
 //! Where the balances live: this process's memory, or Redis (shared by every replica).
 //!
 //! Reads and writes are separate calls on purpose: a read-modify-write through this store
-//! is not atomic, which is what the locks are for. Each write carries the fencing token
-//! of the writer's lock, and the store refuses a token older than the last one it
-//! accepted for that account, so a writer whose lease ran out cannot overwrite newer data.
+//! is not atomic, which is what the locks are for. Both the read and the write of one
+//! carry the fencing token of the lock on the account, and the account records the newest
+//! token that has read or written it: it refuses either from an older token. Checking the
+//! write alone would not do. A holder whose lease ran out after it read, while a newer
+//! holder read the same balance, would still write (its token is newer than the last
+//! *write*'s), and the newer holder's write would then overwrite it: a deposit
+//! acknowledged, then lost.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,9 +18,20 @@ use lock_core::bb8::{Pool, RunError};
 use lock_core::bb8_redis::RedisConnectionManager;
 use lock_core::redis::{self, RedisError, Script};
 
+/// The fenced read of [`Store::read`] on Redis.
+static READ_BALANCES: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("read_balances.lua")
+    ))
+});
 /// The check-and-set of [`Store::write`] on Redis.
-static WRITE_BALANCES: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(include_str!("write_balances.lua")));
+static WRITE_BALANCES: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("write_balances.lua")
+    ))
+});
 
 /// The balances.
 #[derive(Debug, Clone)]
@@ -25,11 +40,20 @@ pub(crate) enum Store {
     Redis(Pool<RedisConnectionManager>),
 }
 
-/// An account as stored: its balance and the fencing token of its last write.
+/// An account as stored: its balance and the newest fencing token that has read or
+/// written it.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Account {
     balance: i64,
     fence: u64,
+}
+
+/// One balance to read for a read-modify-write, with the fencing token of the reader's
+/// lock on that account.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Read<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) fence: u64,
 }
 
 /// One balance to write, with the fencing token of the writer's lock on that account.
@@ -77,7 +101,8 @@ impl Store {
         Ok(Store::Redis(pool))
     }
 
-    /// The balance of account `id`: 0 for an account never written.
+    /// The balance of account `id`, for showing it: 0 for an account never written. A
+    /// read-modify-write reads with [`read`](Self::read).
     pub(crate) async fn balance(&self, id: &str) -> Result<i64, StoreError> {
         match self {
             Store::Memory(accounts) => Ok(lock(accounts).get(id).map_or(0, |a| a.balance)),
@@ -93,8 +118,50 @@ impl Store {
         }
     }
 
-    /// Writes every balance, or, if some account has already accepted a newer fencing
-    /// token, none: `Ok(false)` then.
+    /// Reads every balance for a read-modify-write (0 for an account never written) and
+    /// records each reader's token on its account; or, if some account has already seen
+    /// a newer token, reads and records nothing: `Ok(None)` then.
+    pub(crate) async fn read<const N: usize>(
+        &self,
+        reads: &[Read<'_>; N],
+    ) -> Result<Option<[i64; N]>, StoreError> {
+        match self {
+            Store::Memory(accounts) => {
+                let mut accounts = lock(accounts);
+                let stale = reads
+                    .iter()
+                    .any(|r| accounts.get(r.id).is_some_and(|a| r.fence < a.fence));
+                if stale {
+                    return Ok(None);
+                }
+                Ok(Some(reads.map(|r| {
+                    let account = accounts.entry(r.id.to_owned()).or_default();
+                    account.fence = r.fence;
+                    account.balance
+                })))
+            }
+            Store::Redis(pool) => {
+                let mut invocation = READ_BALANCES.prepare_invoke();
+                for r in reads {
+                    invocation.key(redis_key(r.id)).arg(r.fence);
+                }
+                let mut conn = pool.get().await?;
+                let balances: Option<Vec<Option<i64>>> =
+                    invocation.invoke_async(&mut *conn).await?;
+                let Some(balances) = balances else {
+                    return Ok(None);
+                };
+                let balances: Vec<i64> = balances.into_iter().map(|b| b.unwrap_or(0)).collect();
+                let balances = balances.try_into().map_err(|b: Vec<i64>| {
+                    StoreError(format!("{} balances read for {N} accounts", b.len()))
+                })?;
+                Ok(Some(balances))
+            }
+        }
+    }
+
+    /// Writes every balance, or, if some account has already seen a newer fencing token
+    /// (read or written), none: `Ok(false)` then.
     pub(crate) async fn write(&self, writes: &[Write<'_>]) -> Result<bool, StoreError> {
         match self {
             Store::Memory(accounts) => {

@@ -2,16 +2,20 @@
 //! and the demo's locked run. Processes and replicas: `tests/replicas.rs`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode, header};
+use axum::response::IntoResponse;
+use lock_core::LockOptions;
 use lock_tests::RedisServer;
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::Barrier;
 
 use crate::demo::{self, Http};
-use crate::service::Bank;
-use crate::store::{Store, Write};
+use crate::service::{AccountId, Bank, BankError};
+use crate::store::{Read, Store, Write};
 use crate::{Config, app};
 
 fn config(redis_url: Option<String>) -> Config {
@@ -271,9 +275,11 @@ async fn redis_down_is_503() {
     }
 }
 
-/// Fencing: a write under an older token than the account last accepted changes nothing.
+/// Fencing: a read or a write under an older token than the account has seen changes
+/// nothing, and a read records its token.
 async fn check_fencing(store: &Store) {
     let write = |id, balance, fence| Write { id, balance, fence };
+    let read = |id, fence| Read { id, fence };
     assert!(store.write(&[write("a", 10, 5)]).await.unwrap());
     assert!(
         !store.write(&[write("a", 20, 4)]).await.unwrap(),
@@ -298,6 +304,28 @@ async fn check_fencing(store: &Store) {
     assert!(!store.write(&[write("c", 2, u64::MAX - 2)]).await.unwrap());
     assert!(store.write(&[write("c", 3, u64::MAX)]).await.unwrap());
     assert_eq!(store.balance("c").await.unwrap(), 3);
+
+    // a read records its token: from then on, an older one can neither write nor read
+    assert_eq!(store.read(&[read("a", 6)]).await.unwrap(), Some([30]));
+    assert!(
+        !store.write(&[write("a", 50, 5)]).await.unwrap(),
+        "older than a read"
+    );
+    assert_eq!(store.read(&[read("a", 5)]).await.unwrap(), None);
+    assert!(
+        store.write(&[write("a", 60, 6)]).await.unwrap(),
+        "the reader's own token"
+    );
+    // all or nothing: "d" is new, "a" refuses, and "d" records nothing
+    assert_eq!(
+        store.read(&[read("d", 9), read("a", 5)]).await.unwrap(),
+        None
+    );
+    assert!(store.write(&[write("d", 7, 8)]).await.unwrap());
+    assert_eq!(
+        store.read(&[read("d", 8), read("new", 1)]).await.unwrap(),
+        Some([7, 0])
+    );
 }
 
 #[tokio::test]
@@ -309,6 +337,70 @@ async fn the_store_refuses_stale_fencing_tokens_in_memory() {
 async fn the_store_refuses_stale_fencing_tokens_on_redis() {
     let redis = RedisServer::spawn();
     check_fencing(&Store::redis(&redis.url()).await.unwrap()).await;
+}
+
+/// The lease the first holder takes in [`a_stale_holder_cannot_lose_a_deposit`].
+const SHORT_LEASE: Duration = Duration::from_millis(200);
+
+/// Two deposits to one account, by holders A and B of its lock, in this order: A reads
+/// the balance, then stops past its lease (a held guard whose lease nothing renews); B
+/// takes the lock and reads the balance; A writes its result; B writes its own. A is
+/// refused (its request answers 409), and the balance holds every deposit acknowledged.
+async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
+    let bank = Bank::open(&config).await.unwrap();
+    let id = AccountId::parse("alice").unwrap();
+    let key = format!("balance:{id}");
+    let (a_deposit, b_deposit) = (10, 1);
+    // A and B each wait here for the other's step.
+    let steps = Arc::new(Barrier::new(2));
+    let a = tokio::spawn({
+        let (bank, id, key, steps) = (bank.clone(), id.clone(), key.clone(), steps.clone());
+        async move {
+            let opts = LockOptions::new().lease(SHORT_LEASE).watchdog(false);
+            let guard = bank.locker().lock_with(&key, opts).await.unwrap();
+            let fence = guard.fencing_token();
+            let [balance] = bank.read([(&id, fence)]).await.unwrap(); // 1
+            guard.lost().await;
+            steps.wait().await; // A's lease ran out
+            steps.wait().await; // B has read
+            let written = bank.write(&[(&id, balance + a_deposit, fence)]).await; // 3
+            steps.wait().await; // A is done
+            written
+        }
+    });
+    steps.wait().await;
+    let guard = bank.locker().lock(&key).await.unwrap();
+    let fence = guard.fencing_token();
+    let [balance] = bank.read([(&id, fence)]).await.unwrap(); // 2
+    steps.wait().await;
+    steps.wait().await;
+    bank.write(&[(&id, balance + b_deposit, fence)])
+        .await
+        .expect("B's write, under the lock's current holder"); // 4
+    guard.release().await.unwrap();
+
+    let a_written = a.await.unwrap();
+    let acknowledged = b_deposit + if a_written.is_ok() { a_deposit } else { 0 };
+    assert_eq!(
+        bank.balance(&id).await.unwrap(),
+        acknowledged,
+        "a deposit was lost"
+    );
+    let err = a_written.expect_err("A wrote after its lease ran out");
+    assert!(matches!(err, BankError::Stale), "{err:?}");
+    let response = app::ApiError::from(err).into_response();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_holder_cannot_lose_a_deposit_in_memory() {
+    a_stale_holder_cannot_lose_a_deposit(config(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_holder_cannot_lose_a_deposit_on_redis() {
+    let redis = RedisServer::spawn();
+    a_stale_holder_cannot_lose_a_deposit(config(Some(redis.url()))).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
