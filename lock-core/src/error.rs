@@ -3,6 +3,8 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
+use crate::LockKind;
+
 /// Everything that can go wrong while taking, keeping or giving back a lock.
 ///
 /// Match on it, or ask with the `is_*` helpers, which keep working when new variants
@@ -38,7 +40,7 @@ pub enum LockError {
     /// The lock stayed held by someone else for the whole wait.
     #[error("timed out after {waited:?} waiting for lock {key:?}")]
     Timeout {
-        /// The lock's name.
+        /// The lock's key.
         key: String,
         /// How long the caller waited.
         waited: Duration,
@@ -49,16 +51,16 @@ pub enum LockError {
     /// holds it now. Nothing was changed.
     #[error("lock {key:?} is not held by this owner")]
     NotHeld {
-        /// The lock's name.
+        /// The lock's key.
         key: String,
     },
     /// The lease ran out before it could be renewed: another owner may hold the lock now.
     #[error("lock {key:?} was lost: its lease ran out before it could be renewed")]
     Lost {
-        /// The lock's name.
+        /// The lock's key.
         key: String,
     },
-    /// The key cannot name a lock. Nothing was sent to the backend.
+    /// The key cannot name a lock. Nothing was sent to the store.
     #[error("invalid lock key {key:?}: {reason}")]
     InvalidKey {
         /// The offending key, cut to its first 64 characters.
@@ -69,15 +71,25 @@ pub enum LockError {
     /// Too few of the independent masters agreed.
     #[error("lock {key:?}: quorum not reached ({acquired} of {needed} masters)")]
     Quorum {
-        /// The lock's name.
+        /// The lock's key.
         key: String,
         /// How many masters granted the lock.
         acquired: usize,
         /// How many were needed.
         needed: usize,
     },
-    /// The backend could not be reached or answered with an error.
-    #[error("redis backend: {context}")]
+    /// The store cannot take locks of this kind. Nothing was sent to it.
+    #[error("lock {key:?}: the {store} store does not support {kind} locks")]
+    Unsupported {
+        /// The lock's key.
+        key: String,
+        /// The store's name, such as `"redis"`.
+        store: String,
+        /// The kind asked for.
+        kind: LockKind,
+    },
+    /// The store could not be reached, did not answer in time, or answered with an error.
+    #[error("lock store failed: {context}")]
     Backend {
         /// What was being done, and where (passwords are never included).
         context: String,
@@ -111,7 +123,12 @@ impl LockError {
         matches!(self, Self::InvalidKey { .. })
     }
 
-    /// The backend was unreachable or failed.
+    /// The store cannot take locks of the kind asked for.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Self::Unsupported { .. })
+    }
+
+    /// The store was unreachable or failed.
     pub fn is_backend(&self) -> bool {
         matches!(self, Self::Backend { .. })
     }
@@ -135,13 +152,14 @@ impl LockError {
         }
     }
 
-    /// The lock's name the error is about, where there is one.
+    /// The key of the lock the error is about, where there is one.
     pub fn key(&self) -> Option<&str> {
         match self {
             Self::Timeout { key, .. }
             | Self::NotHeld { key }
             | Self::Lost { key }
             | Self::InvalidKey { key, .. }
+            | Self::Unsupported { key, .. }
             | Self::Quorum { key, .. } => Some(key),
             Self::Backend { .. } | Self::Config(..) => None,
         }
@@ -180,6 +198,11 @@ mod tests {
                 key: "k".into(),
                 acquired: 1,
                 needed: 2,
+            },
+            LockError::Unsupported {
+                key: "k".into(),
+                store: "memory".into(),
+                kind: LockKind::Read,
             },
             LockError::backend("connect to 127.0.0.1:1", "connection refused"),
             LockError::Config("lease must be at least 1ms".into()),

@@ -3,146 +3,16 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
-use tokio::time::Instant;
+use crate::backend::Renewal;
+use crate::lease::Lease;
+use crate::locker::inner::Inner;
+use crate::reentrancy::HoldEnd;
+use crate::{LockError, LockKind};
 
-use crate::options::Resolved;
-use crate::reentrancy::{Context, HoldEnd};
-use crate::{LockError, Locker};
-
-const HELD: u8 = 0;
-const RELEASED: u8 = 1;
-const LOST: u8 = 2;
-
-/// One acquisition's lease, shared by the guards of a task that re-entered it and by
-/// the watchdog.
-#[derive(Debug)]
-pub(crate) struct Lease {
-    pub(crate) name: Arc<str>,
-    pub(crate) token: Arc<str>,
-    pub(crate) fence: u64,
-    pub(crate) context: Context,
-    pub(crate) watchdog: bool,
-    /// Taken in line: its release hands it to the next in line.
-    pub(crate) fair: bool,
-    /// Guards alive for this lease; changed under the reentrancy registry's lock.
-    pub(crate) holds: std::sync::atomic::AtomicUsize,
-    lease_ms: AtomicU64,
-    /// When the lease runs out, as nanoseconds since the Locker's epoch; computed from
-    /// the moment the acquiring or renewing command was sent, so it errs early.
-    expires_at: AtomicU64,
-    epoch: Instant,
-    state: AtomicU8,
-    pub(crate) renewing: AtomicBool,
-    changed: Notify,
-}
-
-impl Lease {
-    /// A lease taken with `opts`, running for `left` from `started` (no later than the
-    /// lock was actually taken, so that the local deadline errs early).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        name: Arc<str>,
-        token: Arc<str>,
-        fence: u64,
-        context: Context,
-        opts: &Resolved,
-        started: Instant,
-        left: Duration,
-        epoch: Instant,
-    ) -> Self {
-        let this = Self {
-            name,
-            token,
-            fence,
-            context,
-            watchdog: opts.watchdog,
-            fair: opts.fair,
-            holds: 1.into(),
-            lease_ms: AtomicU64::new(0),
-            expires_at: AtomicU64::new(0),
-            epoch,
-            state: AtomicU8::new(HELD),
-            renewing: AtomicBool::new(false),
-            changed: Notify::new(),
-        };
-        this.set_lease(opts.lease);
-        this.renewed(started, left);
-        this
-    }
-
-    pub(crate) fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms.load(Ordering::Relaxed))
-    }
-
-    fn set_lease(&self, lease: Duration) {
-        let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-        self.lease_ms.store(ms, Ordering::Relaxed);
-    }
-
-    pub(crate) fn expires_at(&self) -> Instant {
-        self.epoch + Duration::from_nanos(self.expires_at.load(Ordering::Acquire))
-    }
-
-    /// `at`, moved back to a multiple of `grid` since the Locker's epoch.
-    pub(crate) fn snap_down(&self, at: Instant, grid: Duration) -> Instant {
-        let since = at.saturating_duration_since(self.epoch);
-        let grid_ns = grid.as_nanos().max(1);
-        let snapped = since.as_nanos() - since.as_nanos() % grid_ns;
-        self.epoch + Duration::from_nanos(u64::try_from(snapped).unwrap_or(u64::MAX))
-    }
-
-    /// Records a successful renewal sent at `sent_at`. Never moves the deadline back.
-    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
-        let deadline = (sent_at + lease).saturating_duration_since(self.epoch);
-        let nanos = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
-        self.expires_at.fetch_max(nanos, Ordering::AcqRel);
-    }
-
-    pub(crate) fn is_active(&self) -> bool {
-        self.state.load(Ordering::Acquire) == HELD
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.state.load(Ordering::Acquire) == LOST
-    }
-
-    /// Marks the lease lost (if it was held) and wakes everything watching it.
-    pub(crate) fn mark_lost(&self) {
-        if self
-            .state
-            .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            tracing::warn!(key = %self.name, fence = self.fence, "lock lost: its lease ran out before it could be renewed");
-            self.changed.notify_waiters();
-        }
-    }
-
-    /// Marks the lease released (if it was held); the watchdog stops renewing it before
-    /// the release is sent, so no renewal can follow the release.
-    pub(crate) fn mark_released(&self) -> bool {
-        self.state
-            .compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// Resolves once the lease is lost.
-    pub(crate) async fn until_lost(&self) {
-        loop {
-            let changed = self.changed.notified();
-            if self.is_lost() {
-                return;
-            }
-            changed.await;
-        }
-    }
-}
-
-/// Proof that this task holds a lock, returned by [`Locker::lock`] and friends.
+/// Proof that this task holds a lock, returned by [`Locker::lock`](crate::Locker::lock) and
+/// friends.
 ///
 /// While the guard lives the watchdog keeps renewing its lease (unless turned off with
 /// [`LockOptions::watchdog`](crate::LockOptions::watchdog)). Give the lock back with
@@ -156,8 +26,8 @@ impl Lease {
 ///
 /// let locker = Locker::in_memory();
 /// let guard = locker.lock("invoice:1042").await?;
-/// // Pass the fencing token to the storage you write, so it can refuse a write from
-/// // an owner whose lease ran out (its token is older).
+/// // Pass the fencing token to the storage on every access, so it can refuse an owner
+/// // whose lease ran out (its token is older).
 /// let token = guard.fencing_token();
 /// assert!(guard.is_held().await?);
 /// guard.release().await?;
@@ -169,7 +39,7 @@ impl Lease {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    locker: Locker,
+    inner: Arc<Inner>,
     lease: Arc<Lease>,
     done: bool,
 }
@@ -178,6 +48,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key())
+            .field("kind", &self.lease.kind)
             .field("fencing_token", &self.lease.fence)
             .field("lost", &self.lease.is_lost())
             .finish_non_exhaustive()
@@ -185,21 +56,31 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(locker: Locker, lease: Arc<Lease>) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, lease: Arc<Lease>) -> Self {
         Self {
-            locker,
+            inner,
             lease,
             done: false,
         }
     }
 
-    /// The lock's name, as given to the `Locker`.
+    /// The lock's key, as given to the `Locker`.
     pub fn key(&self) -> &str {
-        &self.lease.name
+        self.lease.key.as_str()
+    }
+
+    /// The kind of the hold. A re-entrant guard shares its outer guard's hold, and says
+    /// its kind.
+    pub fn kind(&self) -> LockKind {
+        self.lease.kind
     }
 
     /// A number strictly greater than that of every earlier acquisition of this lock,
     /// by any process. Nested (re-entrant) guards share their outer guard's token.
+    ///
+    /// Pass it to the storage the lock protects on every access, reads included, so
+    /// that it can refuse a holder whose lease ran out: see the
+    /// [crate docs on fencing](crate#fencing).
     pub fn fencing_token(&self) -> u64 {
         self.lease.fence
     }
@@ -217,44 +98,41 @@ impl LockGuard {
         if !self.lease.is_active() {
             return Err(self.not_held());
         }
-        let sent_at = Instant::now();
-        let extended = self
-            .locker
-            .backend()
-            .extend(&self.lease.name, &self.lease.token, lease)
-            .await?;
-        if !extended {
+        let renewal = [Renewal {
+            hold: self.lease.hold(),
+            lease,
+        }];
+        let renewed = self.inner.store.renew(&renewal).await?;
+        let Some(until) = renewed.first().copied().flatten() else {
             self.lease.mark_lost();
             return Err(self.not_held());
-        }
+        };
         self.lease.set_lease(lease);
-        self.lease.renewed(sent_at, lease);
-        tracing::debug!(key = %self.lease.name, ?lease, "lock extended");
+        self.lease.renewed(until);
+        tracing::debug!(key = %self.lease.key, ?lease, "lock extended");
         Ok(())
     }
 
-    /// Asks the backend whether this guard still owns the lock. `false` once the lease
+    /// Asks the store whether this guard still owns the lock. `false` once the lease
     /// was lost, without asking.
     pub async fn is_held(&self) -> Result<bool, LockError> {
         if !self.lease.is_active() {
             return Ok(false);
         }
-        self.locker
-            .backend()
-            .is_held(&self.lease.name, &self.lease.token)
-            .await
+        self.inner.store.is_held(&self.lease.hold()).await
     }
 
-    /// Whether the watchdog found the lease lost (no I/O; see
-    /// [`is_held`](Self::is_held) to ask the backend).
+    /// Whether the watchdog found the lease lost, or the store the session ended (no
+    /// I/O; see [`is_held`](Self::is_held) to ask the store).
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
     }
 
     /// A future that resolves when the lease is lost: renewal failed (the key was
-    /// deleted, taken over, or Redis was unreachable) until the lease ran out, or, with
-    /// the watchdog off, the lease simply ran out. It never resolves for a lock that is
-    /// released normally. It does not borrow the guard.
+    /// deleted, taken over, or the store was unreachable) until the lease ran out, or,
+    /// with the watchdog off, the lease simply ran out; or a session store's session
+    /// ended. It never resolves for a lock that is released normally. It does not borrow
+    /// the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let lease = self.lease.clone();
         async move { lease.until_lost().await }
@@ -276,17 +154,11 @@ impl LockGuard {
     /// the outermost guard is released.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
-        if self.locker.end_hold(&self.lease) == HoldEnd::Nested {
+        if self.inner.end_hold(&self.lease) == HoldEnd::Nested {
             return Ok(());
         }
-        self.stop_renewal();
-        let released = self
-            .locker
-            .backend()
-            .release(&self.lease.name, &self.lease.token, self.lease.fair)
-            .await?;
-        if released {
-            tracing::debug!(key = %self.lease.name, fence = self.lease.fence, "lock released");
+        if self.inner.store.release(&self.lease.hold()).await? {
+            tracing::debug!(key = %self.lease.key, fence = self.lease.fence, "lock released");
             Ok(())
         } else {
             Err(self.not_held())
@@ -299,12 +171,6 @@ impl LockGuard {
         Arc::downgrade(&self.lease)
     }
 
-    fn stop_renewal(&self) {
-        if self.lease.mark_released() {
-            self.locker.inner.watchdog.released();
-        }
-    }
-
     fn not_held(&self) -> LockError {
         LockError::NotHeld {
             key: self.key().to_owned(),
@@ -314,15 +180,10 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done || self.locker.end_hold(&self.lease) == HoldEnd::Nested {
+        if self.done || self.inner.end_hold(&self.lease) == HoldEnd::Nested {
             return;
         }
-        self.stop_renewal();
-        tracing::debug!(key = %self.lease.name, fence = self.lease.fence, "lock guard dropped: releasing");
-        self.locker.backend().release_detached(
-            &self.lease.name,
-            &self.lease.token,
-            self.lease.fair,
-        );
+        tracing::debug!(key = %self.lease.key, fence = self.lease.fence, "lock guard dropped: releasing");
+        self.inner.release_detached(self.lease.clone());
     }
 }

@@ -1,20 +1,21 @@
-//! Lock names, checked before anything reaches a backend.
+//! Lock keys, checked before anything reaches a store.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::LockError;
 
-/// The longest lock name accepted unless [`LockerBuilder::max_key_len`] says otherwise.
+/// The longest lock key accepted unless [`LockerBuilder::max_key_len`] says otherwise.
 ///
 /// [`LockerBuilder::max_key_len`]: crate::LockerBuilder::max_key_len
 pub const DEFAULT_MAX_KEY_LEN: usize = 512;
 
-/// A lock name that passed validation: not empty, at most the configured number of bytes,
-/// no control characters, and not starting with `}` (which would break the Redis hash tag
-/// that keeps a lock's keys in one cluster slot).
+/// A lock's key that passed validation: not empty, at most the configured number of
+/// bytes, no control characters, and not starting with `}` (which would break the Redis
+/// hash tag that keeps a lock's store keys in one cluster slot).
 ///
 /// Every `Locker` method validates its key this way; use `LockKey` to check user input
-/// up front.
+/// up front. Cloning it is cheap (a reference count).
 ///
 /// ```
 /// use lock_core::LockKey;
@@ -25,22 +26,27 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 512;
 /// assert!(LockKey::with_max_len("abcdef", 4).is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockKey(String);
+pub struct LockKey(Arc<str>);
 
 impl LockKey {
-    /// Validates `name` against the default limit of [`DEFAULT_MAX_KEY_LEN`] bytes.
-    pub fn new(name: &str) -> Result<Self, LockError> {
-        Self::with_max_len(name, DEFAULT_MAX_KEY_LEN)
+    /// Validates `key` against the default limit of [`DEFAULT_MAX_KEY_LEN`] bytes.
+    pub fn new(key: &str) -> Result<Self, LockError> {
+        Self::with_max_len(key, DEFAULT_MAX_KEY_LEN)
     }
 
-    /// Validates `name` against a limit of `max_len` bytes.
-    pub fn with_max_len(name: &str, max_len: usize) -> Result<Self, LockError> {
-        check(name, max_len)?;
-        Ok(Self(name.to_owned()))
+    /// Validates `key` against a limit of `max_len` bytes.
+    pub fn with_max_len(key: &str, max_len: usize) -> Result<Self, LockError> {
+        check(key, max_len)?;
+        Ok(Self(key.into()))
     }
 
-    /// The name as given.
+    /// The key as given.
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key as a shared string, to key maps without copying it.
+    pub(crate) fn shared(&self) -> &Arc<str> {
         &self.0
     }
 }
@@ -63,24 +69,24 @@ impl AsRef<str> for LockKey {
     }
 }
 
-/// Validates a lock name without allocating.
-pub(crate) fn check(name: &str, max_len: usize) -> Result<(), LockError> {
-    let reason = if name.is_empty() {
+/// Validates a lock's key without allocating.
+pub(crate) fn check(key: &str, max_len: usize) -> Result<(), LockError> {
+    let reason = if key.is_empty() {
         "it is empty".to_owned()
-    } else if name.len() > max_len {
+    } else if key.len() > max_len {
         format!(
             "it is {} bytes long, over the limit of {max_len}",
-            name.len()
+            key.len()
         )
-    } else if let Some(c) = name.chars().find(|c| c.is_control()) {
+    } else if let Some(c) = key.chars().find(|c| c.is_control()) {
         format!("it contains the control character {c:?}")
-    } else if name.starts_with('}') {
+    } else if key.starts_with('}') {
         "it starts with '}', which would break the redis hash tag".to_owned()
     } else {
         return Ok(());
     };
     Err(LockError::InvalidKey {
-        key: name.chars().take(64).collect(),
+        key: key.chars().take(64).collect(),
         reason,
     })
 }
@@ -90,20 +96,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accepts_ordinary_names() {
-        for name in [
+    fn accepts_ordinary_keys() {
+        for key in [
             "a",
             "balance:42",
             "user {7}",
             "ünïcödé",
             "x".repeat(512).as_str(),
         ] {
-            check(name, DEFAULT_MAX_KEY_LEN).unwrap();
+            check(key, DEFAULT_MAX_KEY_LEN).unwrap();
         }
     }
 
     #[test]
-    fn refuses_bad_names_with_reasons() {
+    fn refuses_bad_keys_with_reasons() {
         let cases = [
             ("", "empty"),
             ("a\u{0}b", "control character"),
@@ -111,8 +117,8 @@ mod tests {
             ("del\u{7f}", "control character"),
             ("}x", "hash tag"),
         ];
-        for (name, why) in cases {
-            let err = check(name, DEFAULT_MAX_KEY_LEN).unwrap_err();
+        for (key, why) in cases {
+            let err = check(key, DEFAULT_MAX_KEY_LEN).unwrap_err();
             assert!(err.is_invalid_key());
             assert!(err.to_string().contains(why), "{err}");
         }

@@ -1,4 +1,5 @@
-//! Distributed locks for async Rust services, with Redis as the shared arbiter.
+//! Distributed locks for async Rust services: Redis as the shared arbiter, or this
+//! process's memory, or a store of your own behind one contract.
 //!
 //! Several replicas of a service agree that only one of them touches a resource (an
 //! account balance, a job, a file) at a time:
@@ -10,7 +11,7 @@
 //! use lock_core::{LockOptions, Locker};
 //!
 //! // `Locker::connect("redis://127.0.0.1/").await?` in production: the in-memory
-//! // backend has the same semantics within one process.
+//! // store has the same semantics within one process.
 //! let locker = Locker::in_memory();
 //!
 //! let guard = locker
@@ -24,46 +25,168 @@
 //!
 //! # How it works
 //!
-//! - A lock `N` is the Redis string key `lock:{N}` holding its owner's random token,
-//!   set with `SET NX PX` (the protocol of redis-py's `Lock`, node-redlock and redsync).
-//!   Only the owner's token can release or extend it (compare-and-delete,
-//!   compare-and-pexpire, in Lua). Every Lua script gets all its keys through `KEYS`,
-//!   and all of a lock's keys share the hash tag `{N}`, so they live in one cluster slot.
+//! - On Redis, a lock with key `K` is the string key `lock:{K}` holding its owner's
+//!   random token, set with `SET NX PX` (the protocol of redis-py's `Lock`,
+//!   node-redlock and redsync). Only the owner's token can release or extend it
+//!   (compare-and-delete, compare-and-pexpire, in Lua). Every Lua script gets all its
+//!   keys through `KEYS`, and all of a lock's store keys share the hash tag `{K}`, so
+//!   they live in one cluster slot.
 //! - Each acquisition draws a **fencing token** in the same round trip, strictly
-//!   greater than every earlier one for that lock: hand it to your storage so a writer
-//!   whose lease ran out cannot overwrite newer data.
+//!   greater than every earlier one for that lock: hand it to your storage, on every
+//!   access, so that a holder whose lease ran out cannot overwrite newer data (see
+//!   [Fencing](#fencing)).
 //! - A **lease** (30 s by default) bounds how long a crashed owner blocks others. While a
-//!   guard lives, the **watchdog** renews it every third of the lease, pipelining all
-//!   due renewals of a `Locker` in one batch. If renewal fails until the lease runs out,
-//!   the guard is **lost**: [`LockGuard::lost`] resolves and [`Locker::with_lock`]
-//!   cancels its future.
-//! - **Waiters** are woken by the release script's `PUBLISH`, through one pub/sub
-//!   connection per `Locker`: a release wakes one waiter of the `Locker` that has waited
-//!   longest (the others make no attempt); a jittered poll bounded by the holder's lease
-//!   is the safety net for a missed message. A release whose `Locker`
-//!   has a task waiting for the lock **passes** it to that task instead, in the same
-//!   one round trip (owner and fencing token set by one script, no message), up to
-//!   [`LockerBuilder::local_handoffs`] times in a row.
-//! - A **fair** lock ([`LockOptions::fair`]) serves its waiters first come first served,
-//!   across every process: they queue in Redis (`lock:{N}:queue`), and a release hands
-//!   the lock straight to the next in line and tells that waiter's `Locker` alone, so
-//!   exactly one waiter wakes and it need not ask again.
+//!   guard lives, the **watchdog** renews it every third of the lease, all due renewals
+//!   of a `Locker` in one batch (one pipeline on Redis). If renewal fails until the lease
+//!   runs out, the guard is **lost**: [`LockGuard::lost`] resolves and
+//!   [`Locker::with_lock`] cancels its future.
+//! - **Waiters** are woken by a release, on Redis through one pub/sub connection per
+//!   `Locker`: a release wakes one waiter of the `Locker` that has waited longest (the
+//!   others make no attempt); a jittered poll bounded by the holder's lease is the
+//!   safety net for a missed wake-up. A release of an exclusive lock that a task of the
+//!   same `Locker` waits for **hands it over** to that task instead, in the same one
+//!   round trip (owner and fencing token set by one script, no message), up to
+//!   [`LockerBuilder::local_handovers`] times in a row.
+//! - A **fair** lock ([`LockKind::Fair`]) serves its waiters first come first served,
+//!   across every process: they queue in the store (`lock:{K}:queue` on Redis), and a
+//!   release hands the lock straight to the next in line and tells that waiter's
+//!   `Locker` alone, so exactly one waiter wakes and it need not ask again.
 //! - Holds are **re-entrant per task**: a task that holds a lock and asks again gets it
 //!   at once; another task waits, even on the same thread.
 //! - Dropping a guard, an acquiring future or a `with_lock` future never leaves a lock
 //!   behind: the lock is released in the background at once.
+//!
+//! # Words
+//!
+//! One word for each thing, in the code and in these docs:
+//!
+//! | word | meaning |
+//! |---|---|
+//! | **key** | What a caller locks, such as `balance:42`; a [`LockKey`] once checked. |
+//! | **store** | Where locks live: Redis, this process's memory, or one of your own; a [`backend::Store`]. |
+//! | **store key** | A store's own name for a lock: on Redis `lock:{balance:42}`, with `lock:{balance:42}:fence` and others beside it. |
+//! | **kind** | What a hold allows others meanwhile: exclusive, fair, read, write, semaphore ([`LockKind`]). |
+//! | **token** | The random id of one acquisition (its owner token): only it releases, extends or renews the hold. |
+//! | **fence**, fencing token | A number drawn with each acquisition, strictly greater than every earlier one for its key. |
+//! | **hold** | One acquisition, while it lasts; the re-entrant guards of one task share it. |
+//! | **guard** | A [`LockGuard`]: proof of a hold, which releases it when dropped. |
+//! | **lease** | How long a hold lasts in a lease store (Redis) unless renewed. |
+//! | **session** | What a hold lasts as long as in a session store (ZooKeeper, SQL), which has no lease. |
+//! | **watchdog** | The task of a `Locker` that renews its leases, and marks lost those it could not. |
+//! | **lost** | A hold whose lease ran out, or whose session ended, before its release. |
+//! | **wait** | How long a call waits for a held lock; its **deadline** is when that ends. |
+//! | **attempt** | One try at a lock. |
+//! | **waiter** | A task waiting for a lock; the waiters of one lock in this process are its **line**. |
+//! | **wake-up** | A message telling a waiting `Locker` that the lock may be free. |
+//! | **relay** | Sending on a wake-up that found no waiter here, to the next waiting `Locker`. |
+//! | **release** | The holder gives the lock back: it goes free, or is handed over. |
+//! | **hand-over** | A release that gives the lock straight to a waiter: a fair lock's to the next in its store-wide line, an exclusive lock's to a waiter of the same `Locker` (a local hand-over). |
+//! | **leave** | A waiter stops waiting; a fair waiter leaves the store's line, and releases the lock if it was handed over to it meanwhile. |
+//!
+//! # Where things are
+//!
+//! - [`Locker`] (`locker/`): checks keys, options and kinds, keeps reentrancy
+//!   (`reentrancy.rs`) and the leases ([`LockGuard`] in `guard.rs`, the local record in
+//!   `lease.rs`, renewed by `watchdog.rs`), and asks its store for the rest.
+//! - The store contract, [`backend::Store`] (`backend/store.rs`, documented in
+//!   [`backend`]): take a hold, waiting until a deadline; release it; renew leases;
+//!   say whether a hold is still its owner's. Each store says which [`LockKind`]s it
+//!   has; asking for another is [`LockError::Unsupported`].
+//! - The stores: `backend/redis/` (one file per concern: connection, scripts, keys, the
+//!   pub/sub hub, each lock kind, and the hand-over optimisations) and
+//!   `backend/memory.rs` ([`backend::MemoryStore`]).
+//! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
+//!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
+//!   (`mod.rs`). A store that waits on the server side (a blocking `GET_LOCK`, a
+//!   ZooKeeper watch) does without it.
+//! - A new store is a type implementing [`backend::Store`], plugged in with
+//!   [`LockerBuilder::store`]; the [`backend`] docs show a whole one. It proves itself
+//!   by joining the conformance suite in `lock-tests` (`tests/tests/conformance/`), one
+//!   line.
+//!
+//! # Fencing
+//!
+//! A lease can run out while its holder still works (a long pause, a stopped process, a
+//! cut network), and the lock goes to someone else before the old holder notices. The
+//! storage the lock protects can refuse the old holder by its fencing token, but only if
+//! it checks the token on **every access of a read-modify-write, not only on the final
+//! write**. Checking the write alone lets a holder A (token 10) read, stall past its
+//! lease, and write after B (token 11) has read the same value: 10 is newer than the last
+//! write, so A's write is accepted and A is told it succeeded; then B writes over it, and
+//! A's change is lost.
+//!
+//! Two patterns hold:
+//! - **One conditional read-modify-write**: the storage reads, checks and writes in one
+//!   step, refusing a token older than the record's (in SQL, `UPDATE .. SET balance =
+//!   balance + $1, fence = $2 WHERE id = $3 AND fence <= $2`; on Redis, one Lua script).
+//! - **A record of the newest token seen**: the storage keeps, with each record, the
+//!   newest token that has read *or* written it, and refuses a read or a write with an
+//!   older one:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{LockOptions, Locker};
+//!
+//! /// A balance, and the newest fencing token that has read or written it.
+//! struct Account {
+//!     balance: i64,
+//!     seen: u64,
+//! }
+//!
+//! impl Account {
+//!     /// The balance, unless a newer holder has come by.
+//!     fn read(&mut self, token: u64) -> Option<i64> {
+//!         if token < self.seen {
+//!             return None;
+//!         }
+//!         self.seen = token;
+//!         Some(self.balance)
+//!     }
+//!
+//!     /// Whether the write was accepted.
+//!     fn write(&mut self, token: u64, balance: i64) -> bool {
+//!         if token < self.seen {
+//!             return false;
+//!         }
+//!         (self.seen, self.balance) = (token, balance);
+//!         true
+//!     }
+//! }
+//!
+//! let locker = Locker::in_memory();
+//! let mut account = Account { balance: 0, seen: 0 };
+//!
+//! // A reads, then stalls until its lease has run out.
+//! let short = LockOptions::new().lease(Duration::from_millis(20)).watchdog(false);
+//! let a = locker.lock_with("balance:42", short).await?;
+//! let read_by_a = account.read(a.fencing_token()).unwrap();
+//! a.lost().await;
+//!
+//! // B takes the lock and reads; A's late write is refused; B's goes through.
+//! let b = locker.lock("balance:42").await?;
+//! let read_by_b = account.read(b.fencing_token()).unwrap();
+//! assert!(!account.write(a.fencing_token(), read_by_a + 10), "A is stale");
+//! assert!(account.write(b.fencing_token(), read_by_b + 1));
+//! b.release().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 
-mod backend;
+pub mod backend;
 mod error;
 mod guard;
 mod key;
+mod kind;
+mod lease;
 mod locker;
 mod multi;
 mod options;
 mod reentrancy;
-mod waiters;
+mod wait;
 mod watchdog;
 
 #[cfg(test)]
@@ -72,12 +195,12 @@ mod tests;
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::{DEFAULT_MAX_KEY_LEN, LockKey};
+pub use kind::LockKind;
 pub use locker::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_TTL, DEFAULT_LOCAL_HANDOFFS, DEFAULT_NAMESPACE, Locker,
-    LockerBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, Locker, LockerBuilder,
 };
 pub use multi::MultiGuard;
-pub use options::{DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
+pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
 
 /// The Redis client crates this crate is built on, re-exported so your versions match.
 pub use bb8;

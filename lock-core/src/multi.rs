@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::{LockError, LockGuard, LockOptions, Locker};
 
 /// Several locks held together, from [`Locker::lock_all`]. The guards are kept in the
-/// order they were taken: by name, byte-wise.
+/// order they were taken: by key, byte-wise.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -39,7 +39,7 @@ impl fmt::Debug for MultiGuard {
 }
 
 impl MultiGuard {
-    /// The guards, by name.
+    /// The guards, by key.
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }
@@ -52,7 +52,7 @@ impl MultiGuard {
             .map(|i| &self.guards[i])
     }
 
-    /// The names of the locks, in the order they were taken.
+    /// The keys of the locks, in the order they were taken.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.guards.iter().map(LockGuard::key)
     }
@@ -119,7 +119,7 @@ impl MultiGuard {
 }
 
 impl Locker {
-    /// Takes several locks together. The names are de-duplicated and taken in byte-wise
+    /// Takes several locks together. The keys are de-duplicated and taken in byte-wise
     /// order, so every caller takes any two of them in the same order and none can
     /// deadlock with another. The wait in `opts` bounds the whole acquisition; on any
     /// failure the locks already taken are released.
@@ -128,20 +128,20 @@ impl Locker {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut names: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_owned()).collect();
-        names.sort_unstable();
-        names.dedup();
-        if names.is_empty() {
+        let mut keys: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_owned()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
             return Err(LockError::Config("lock_all needs at least one key".into()));
         }
-        for name in &names {
-            crate::key::check(name, self.max_key_len())?;
+        for key in &keys {
+            crate::key::check(key, self.max_key_len())?;
         }
         let deadline = Instant::now() + opts.wait.unwrap_or(self.default_wait());
-        let mut guards = Vec::with_capacity(names.len());
-        for name in &names {
+        let mut guards = Vec::with_capacity(keys.len());
+        for key in &keys {
             let opts = opts.wait(deadline.saturating_duration_since(Instant::now()));
-            match self.lock_with(name, opts).await {
+            match self.lock_with(key, opts).await {
                 Ok(guard) => guards.push(guard),
                 Err(e) => {
                     MultiGuard { guards }.release().await.ok();

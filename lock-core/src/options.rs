@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::LockError;
+use crate::{LockError, LockKind};
 
 /// The lease a lock gets unless told otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -10,18 +10,21 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// How long a lock's fence counter is kept after its last use, unless told otherwise.
+pub const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// How one acquisition waits and how long its lease runs. Unset fields take the
-/// [`Locker`](crate::Locker)'s defaults.
+/// How one acquisition waits, how long its lease runs, and the kind of lock it takes.
+/// Unset fields take the [`Locker`](crate::Locker)'s defaults.
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::LockOptions;
+/// use lock_core::{LockKind, LockOptions};
 ///
 /// let opts = LockOptions::new()
 ///     .wait(Duration::from_secs(2))       // give up after 2 s
 ///     .lease(Duration::from_secs(5))      // each lease runs 5 s ...
-///     .watchdog(true);                    // ... and is renewed while the guard lives
+///     .watchdog(true)                     // ... and is renewed while the guard lives
+///     .kind(LockKind::Exclusive);         // the default kind
 /// # let _ = opts;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +32,7 @@ pub struct LockOptions {
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) watchdog: bool,
-    pub(crate) fair: bool,
+    pub(crate) kind: LockKind,
 }
 
 impl Default for LockOptions {
@@ -39,17 +42,21 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
-    /// The Locker's defaults, watchdog on.
+    /// The Locker's defaults, watchdog on, an exclusive lock.
     pub fn new() -> Self {
         Self {
             wait: None,
             lease: None,
             watchdog: true,
-            fair: false,
+            kind: LockKind::Exclusive,
         }
     }
 
-    /// How long to wait for a held lock. `Duration::ZERO` makes exactly one attempt.
+    /// How long to wait for a held lock. The call returns by the end of the wait,
+    /// whatever the backend does meanwhile: [`LockError::Timeout`] if the lock was still
+    /// held, [`LockError::Backend`] if the backend had not answered at all.
+    /// `Duration::ZERO` makes exactly one attempt, as long as the backend takes to answer
+    /// or fail.
     pub fn wait(mut self, d: Duration) -> Self {
         self.wait = Some(d);
         self
@@ -68,12 +75,19 @@ impl LockOptions {
         self
     }
 
-    /// Wait in line (default: off). A fair lock goes to its waiters in the order they
-    /// asked, across every process, and a release hands it straight to the next in line
-    /// (no race, and one message wakes one waiter). Without it, whoever asks first after
-    /// a release wins.
+    /// The kind of lock to take (default: [`LockKind::Exclusive`]).
+    pub fn kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Wait in line: `fair(true)` is [`kind(LockKind::Fair)`](Self::kind), and
+    /// `fair(false)` turns a fair lock back into an exclusive one. A fair lock goes to its
+    /// waiters in the order they asked, across every process, and a release hands it
+    /// straight to the next in line (no race, and one message wakes one waiter). Without
+    /// it, whoever asks first after a release wins.
     ///
-    /// Fair and plain acquisitions of one name exclude each other, but a plain one does
+    /// Fair and exclusive holds of one key exclude each other, but an exclusive one does
     /// not queue: it takes the lock whenever it finds it free. A waiter's place in line
     /// (on Redis) lasts 5 s and is renewed while it waits, so a waiter that dies is
     /// skipped after at most that; were the lock handed to it first, it stays held until
@@ -91,7 +105,11 @@ impl LockOptions {
     /// # }
     /// ```
     pub fn fair(mut self, on: bool) -> Self {
-        self.fair = on;
+        if on {
+            self.kind = LockKind::Fair;
+        } else if self.kind == LockKind::Fair {
+            self.kind = LockKind::Exclusive;
+        }
         self
     }
 
@@ -106,7 +124,7 @@ impl LockOptions {
             wait: self.wait.unwrap_or(defaults.wait),
             lease,
             watchdog: self.watchdog,
-            fair: self.fair,
+            kind: self.kind,
         })
     }
 }
@@ -124,7 +142,7 @@ pub(crate) struct Resolved {
     pub(crate) wait: Duration,
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
-    pub(crate) fair: bool,
+    pub(crate) kind: LockKind,
 }
 
 #[cfg(test)]
@@ -152,6 +170,19 @@ mod tests {
         assert_eq!(
             (r.wait, r.lease, r.watchdog),
             (Duration::ZERO, Duration::from_secs(1), false)
+        );
+    }
+
+    #[test]
+    fn fair_is_a_shorthand_for_the_fair_kind() {
+        let fair = LockOptions::new().fair(true);
+        assert_eq!(fair.kind, LockKind::Fair);
+        assert_eq!(fair.fair(false).kind, LockKind::Exclusive);
+        let read = LockOptions::new().kind(LockKind::Read);
+        assert_eq!(
+            read.fair(false).kind,
+            LockKind::Read,
+            "not fair: left alone"
         );
     }
 

@@ -1,4 +1,4 @@
-//! Semantics of the exclusive and fair locks on the in-memory backend, on paused tokio time so
+//! Semantics of the exclusive and fair locks on the in-memory store, on paused tokio time so
 //! leases, renewals and waits are exact and instant. The same behaviours are checked
 //! against a real redis-server in the `lock-tests` package.
 
@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Backend;
-use crate::{LockOptions, Locker};
+use crate::backend::{Acquire, Acquired, Hold, MemoryStore, Outcome, Renewal, Store, StoreFuture};
+use crate::{LockKind, LockOptions, Locker};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -17,11 +17,11 @@ fn evict(locker: &Locker, key: &str) {
     memory(locker).evict(key);
 }
 
-fn memory(locker: &Locker) -> &crate::backend::memory::MemoryBackend {
-    match locker.backend() {
-        Backend::Memory(m) => m,
-        Backend::Redis(_) => unreachable!("in-memory tests only"),
-    }
+fn memory(locker: &Locker) -> &MemoryStore {
+    let store: &dyn std::any::Any = &*locker.inner.store;
+    store
+        .downcast_ref::<MemoryStore>()
+        .expect("in-memory tests only")
 }
 
 /// Lets spawned tasks run until `n` fair waiters are in `key`'s line.
@@ -609,4 +609,108 @@ async fn a_fair_lock_reenters_like_a_plain_one() {
     inner.release().await.unwrap();
     assert!(outer.is_held().await.unwrap());
     outer.release().await.unwrap();
+}
+
+/// A store whose holds last as long as a session, as ZooKeeper's ephemeral nodes or a
+/// database's advisory locks do: no lease, no renewal; the session's end is reported
+/// through each hold's `lost` future. It counts the renewals it is asked for. It never
+/// waits: a held key answers `Held` at once.
+#[derive(Debug, Default)]
+struct SessionStore {
+    session: tokio_util::sync::CancellationToken,
+    holders: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    fences: AtomicU64,
+    renewals: AtomicU64,
+}
+
+impl SessionStore {
+    fn holds(&self, hold: &Hold<'_>) -> bool {
+        let holders = self.holders.lock().unwrap();
+        !self.session.is_cancelled()
+            && holders.get(hold.key.as_str()).map(String::as_str) == Some(hold.token)
+    }
+}
+
+impl Store for SessionStore {
+    fn name(&self) -> &str {
+        "session"
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        kind == LockKind::Exclusive
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        let mut holders = self.holders.lock().unwrap();
+        let outcome = if holders.contains_key(request.key.as_str()) {
+            Outcome::Held { holder_ttl: None }
+        } else {
+            holders.insert(request.key.to_string(), request.token.to_string());
+            let lost = self.session.clone().cancelled_owned();
+            Outcome::Acquired(Acquired::session(
+                self.fences.fetch_add(1, Ordering::SeqCst) + 1,
+                lost,
+            ))
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        let held = self.holds(hold);
+        if held {
+            self.holders.lock().unwrap().remove(hold.key.as_str());
+        }
+        Box::pin(std::future::ready(Ok(held)))
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(Ok(vec![None; leases.len()])))
+    }
+
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(self.holds(hold))))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_hold_outlives_any_lease_and_is_lost_with_its_session() {
+    let store = Arc::new(SessionStore::default());
+    let locker = Locker::builder()
+        .store(store.clone())
+        .build()
+        .await
+        .unwrap();
+    let guard = locker
+        .lock_with("job", LockOptions::new().lease(SEC))
+        .await
+        .unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let body = {
+        let finished = finished.clone();
+        async move {
+            tokio::time::sleep(60 * SEC).await;
+            finished.store(true, Ordering::SeqCst);
+        }
+    };
+    let session_end = async {
+        tokio::time::sleep(30 * SEC).await;
+        assert!(
+            !guard.is_lost(),
+            "a session hold was lost with no session end"
+        );
+        assert!(guard.is_held().await.unwrap());
+        store.session.cancel();
+    };
+    let (result, ()) = tokio::join!(guard.scope(body), session_end);
+    assert!(result.unwrap_err().is_lost());
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the body ran on after the session ended"
+    );
+    assert_eq!(
+        store.renewals.load(Ordering::SeqCst),
+        0,
+        "a session hold was renewed"
+    );
 }

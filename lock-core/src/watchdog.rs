@@ -2,35 +2,36 @@
 //!
 //! Leases wait in a queue ordered by when they next need attention. A lease comes up a
 //! third of its lease after its last renewal; all leases due together are renewed with
-//! one pipelined batch, sent from a separate task so a slow server never stalls the
-//! schedule. A lease whose deadline passes without a successful renewal (the key is
-//! gone, another owner holds it, or the server does not answer) is marked lost. With the
-//! watchdog off, a lease only comes up at its deadline, to be marked lost.
+//! one batch (one pipeline on Redis), sent from a separate task so a slow store never
+//! stalls the schedule. A lease whose deadline passes without a successful renewal (the
+//! key is gone, another owner holds it, or the store does not answer) is marked lost.
+//! With the watchdog off, a lease only comes up at its deadline, to be marked lost.
 //!
-//! A new lease goes straight into the queue's inbox, shared with the task, which is woken
-//! only when the lease is due before everything queued (the first one, or a shorter
-//! lease): taking a lock does not cost a task switch. The task sorts the inbox in when it
-//! wakes, so a lease released before then (most are) is never sorted.
+//! Taking a lock queues its lease without waking the task, unless the lease is due before
+//! everything queued (the first one, or a shorter lease).
 
-use std::collections::BTreeMap;
+use std::cmp::{Ordering as Order, Reverse};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::guard::Lease;
-use crate::locker::Inner;
+use crate::backend::store::{Renewal, Store};
+use crate::lease::Lease;
 
 /// The `Locker`'s side: the queue it shares with its watchdog task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
+    /// Where the leases are renewed.
+    store: Arc<dyn Store>,
     queue: Mutex<Queue>,
     /// A lease came due before the one the task sleeps for, or the `Locker` is gone.
     changed: Notify,
@@ -42,46 +43,46 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Queue {
-    leases: BTreeMap<(Instant, u64), Arc<Lease>>,
-    /// Leases queued since the task last woke, with when each is due.
-    inbox: Vec<(Instant, Arc<Lease>)>,
-    /// When the first lease in the inbox is due.
-    inbox_next: Option<Instant>,
-    seq: u64,
+    /// The leases, the first due on top.
+    leases: BinaryHeap<Reverse<Due>>,
     /// Whether a task serves the queue (none yet, or the runtime it ran on shut down).
     running: bool,
 }
 
+/// A lease, and when it next needs attention.
+#[derive(Debug)]
+struct Due {
+    at: Instant,
+    lease: Arc<Lease>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<Order> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> Order {
+        self.at.cmp(&other.at)
+    }
+}
+
 impl Queue {
     fn schedule(&mut self, at: Instant, lease: Arc<Lease>) {
-        self.seq += 1;
-        self.leases.insert((at, self.seq), lease);
+        self.leases.push(Reverse(Due { at, lease }));
     }
 
     fn next(&self) -> Option<Instant> {
-        let sorted = self.leases.first_key_value().map(|(&(at, _), _)| at);
-        sorted.into_iter().chain(self.inbox_next).min()
-    }
-
-    fn len(&self) -> usize {
-        self.leases.len() + self.inbox.len()
-    }
-
-    /// Sorts the inbox's leases in, but for those released meanwhile.
-    fn sort_inbox(&mut self) {
-        for (at, lease) in std::mem::take(&mut self.inbox) {
-            if lease.is_active() {
-                self.schedule(at, lease);
-            }
-        }
-        self.inbox_next = None;
-    }
-
-    /// Drops the released leases.
-    fn compact(&mut self) {
-        self.leases.retain(|_, lease| lease.is_active());
-        self.inbox.retain(|(_, lease)| lease.is_active());
-        self.inbox_next = self.inbox.iter().map(|&(at, _)| at).min();
+        self.leases.peek().map(|Reverse(due)| due.at)
     }
 }
 
@@ -94,26 +95,38 @@ impl Shared {
 }
 
 impl Watchdog {
+    /// A watchdog that renews leases in `store`.
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                queue: Mutex::default(),
+                changed: Notify::new(),
+                closed: AtomicBool::new(false),
+                released: AtomicUsize::new(0),
+            }),
+        }
+    }
+
     /// Queues a new lease, starting the watchdog task if none runs (first lease, or the
     /// runtime it ran on has shut down).
-    pub(crate) fn watch(&self, inner: &Arc<Inner>, lease: Arc<Lease>) {
+    pub(crate) fn watch(&self, lease: Arc<Lease>) {
         let at = next_check(&lease, Instant::now());
         let mut queue = self.shared.queue();
         let first = queue.next().is_none_or(|next| at < next);
-        queue.inbox.push((at, lease));
-        queue.inbox_next = Some(queue.inbox_next.map_or(at, |next| next.min(at)));
+        queue.schedule(at, lease);
         // Once released leases may be half the queue, drop them all: each compaction
         // costs at most twice the releases it follows.
         let stale = self.shared.released.load(Ordering::Relaxed);
-        if stale >= 1024 && stale * 2 >= queue.len() {
+        if stale >= 1024 && stale * 2 >= queue.leases.len() {
             self.shared.released.fetch_sub(stale, Ordering::Relaxed);
-            queue.compact();
+            queue.leases.retain(|Reverse(due)| due.lease.is_active());
         }
         let start = !queue.running;
         queue.running = true;
         drop(queue);
         if start {
-            tokio::spawn(run(Arc::downgrade(inner), Running(self.shared.clone())));
+            tokio::spawn(run(Running(self.shared.clone())));
         } else if first {
             self.shared.changed.notify_one();
         }
@@ -145,7 +158,7 @@ impl Drop for Running {
 
 /// When a lease next needs attention: its renewal a third of a lease from now, snapped
 /// down to a grid (a tenth of that period, at most 50 ms) so that leases due at about the
-/// same moment are renewed by one wake-up and one pipeline; or, with the watchdog off (or
+/// same moment are renewed by one wake-up and one batch; or, with the watchdog off (or
 /// when it comes first), its exact deadline.
 fn next_check(lease: &Lease, now: Instant) -> Instant {
     const MAX_GRID: Duration = Duration::from_millis(50);
@@ -158,7 +171,7 @@ fn next_check(lease: &Lease, now: Instant) -> Instant {
     renew_at.max(now).min(deadline)
 }
 
-async fn run(inner: Weak<Inner>, running: Running) {
+async fn run(running: Running) {
     let shared = &running.0;
     loop {
         let next = shared.queue().next();
@@ -170,35 +183,36 @@ async fn run(inner: Weak<Inner>, running: Running) {
                 }
             }
             () = sleep_until(next), if next.is_some() => {
-                let now = Instant::now();
-                let mut batch = Vec::new();
-                let mut queue = shared.queue();
-                queue.sort_inbox();
-                while let Some(entry) = queue.leases.first_entry() {
-                    if entry.key().0 > now {
-                        break;
-                    }
-                    let lease = entry.remove();
-                    if !lease.is_active() {
-                        continue;
-                    }
-                    if now >= lease.expires_at() {
-                        lease.mark_lost();
-                        continue;
-                    }
-                    if lease.watchdog && !lease.renewing.swap(true, Ordering::AcqRel) {
-                        batch.push(lease.clone());
-                    }
-                    queue.schedule(next_check(&lease, now), lease);
-                }
-                drop(queue);
+                let batch = due(&mut shared.queue(), Instant::now());
                 if !batch.is_empty() {
-                    let Some(inner) = inner.upgrade() else { return };
-                    tokio::spawn(renew(inner, batch, now));
+                    tokio::spawn(renew(shared.store.clone(), batch));
                 }
             }
         }
     }
+}
+
+/// Takes the leases due by `now` off the queue: marks those past their deadline lost,
+/// and queues the others' next check. Returns those to renew now.
+fn due(queue: &mut Queue, now: Instant) -> Vec<Arc<Lease>> {
+    let mut batch = Vec::new();
+    while queue.next().is_some_and(|at| at <= now) {
+        let Some(Reverse(Due { lease, .. })) = queue.leases.pop() else {
+            break;
+        };
+        if !lease.is_active() {
+            continue;
+        }
+        if now >= lease.expires_at() {
+            lease.mark_lost();
+            continue;
+        }
+        if lease.watchdog && !lease.renewing.swap(true, Ordering::AcqRel) {
+            batch.push(lease.clone());
+        }
+        queue.schedule(next_check(&lease, now), lease);
+    }
+    batch
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -207,24 +221,29 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-async fn renew(inner: Arc<Inner>, batch: Vec<Arc<Lease>>, sent_at: Instant) {
-    let leases: Vec<Duration> = batch.iter().map(|l| l.lease()).collect();
-    let items: Vec<(&str, &str, Duration)> = batch
+async fn renew(store: Arc<dyn Store>, batch: Vec<Arc<Lease>>) {
+    let renewals: Vec<Renewal<'_>> = batch
         .iter()
-        .zip(&leases)
-        .map(|(l, d)| (&*l.name, &*l.token, *d))
+        .map(|lease| Renewal {
+            hold: lease.hold(),
+            lease: lease.lease(),
+        })
         .collect();
     // A reply later than this is of no use: the next check sends a fresh renewal.
-    let patience = leases.iter().min().map_or(Duration::ZERO, |d| *d / 3);
-    match tokio::time::timeout(patience, inner.backend.renew_many(&items)).await {
-        Ok(Ok(held)) => {
-            for ((lease, d), held) in batch.iter().zip(&leases).zip(held) {
-                if held {
-                    lease.renewed(sent_at, *d);
-                    tracing::trace!(key = %lease.name, "lease renewed");
+    let patience = renewals
+        .iter()
+        .map(|r| r.lease / 3)
+        .min()
+        .unwrap_or_default();
+    match tokio::time::timeout(patience, store.renew(&renewals)).await {
+        Ok(Ok(renewed)) => {
+            for (lease, until) in batch.iter().zip(renewed) {
+                if let Some(until) = until {
+                    lease.renewed(until);
+                    tracing::trace!(key = %lease.key, "lease renewed");
                 } else if lease.is_active() {
                     // The key is gone or someone else owns it: nothing left to renew.
-                    tracing::warn!(key = %lease.name, "lease renewal refused: the lock is no longer ours");
+                    tracing::warn!(key = %lease.key, "lease renewal refused: the lock is no longer ours");
                     lease.mark_lost();
                 }
             }

@@ -690,14 +690,14 @@ async fn relay(server: &RedisServer, locker: &Locker, name: &str) -> (Vec<usize>
 }
 
 /// A release passes a plain lock straight to the longest-waiting task of its own Locker
-/// (no message, no wake-up, no second attempt), at most `local_handoffs` times in a row.
+/// (no message, no wake-up, no second attempt), at most `local_handovers` times in a row.
 #[tokio::test]
 async fn a_release_passes_the_lock_to_a_local_waiter() {
     let server = RedisServer::spawn();
     for (passes, published) in [(8, 0), (1, 1), (0, 3)] {
         let locker = Locker::builder()
             .url(&server.url())
-            .local_handoffs(passes)
+            .local_handovers(passes)
             .build()
             .await
             .unwrap();

@@ -1,6 +1,6 @@
 -- Reset a lock's lease if, and only if, the caller owns it. Never creates the key, so a
 -- late renewal cannot revive a released lock.
--- KEYS[1] lock key   P{N}
+-- KEYS[1] lock key   P{K}
 -- ARGV[1] owner token
 -- ARGV[2] new lease in milliseconds
 -- Returns 1 when extended, 0 when the caller was not the owner (nothing changed).

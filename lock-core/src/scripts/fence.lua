@@ -1,5 +1,5 @@
 -- Prepended to the scripts that take a lock: draws its next fencing token.
--- counter  P{N}:fence  integer, strictly increasing per lock
+-- counter  P{K}:fence  integer, strictly increasing per lock
 -- ttl_ms   expiry of the counter in milliseconds, renewed every 64 tokens
 local function draw_fence(counter, ttl_ms)
   local fence = redis.call('INCR', counter)

@@ -1,5 +1,5 @@
 -- Prepended to the scripts that wait for or free a lock: which processes to wake.
--- lockers  P{N}:lockers  sorted set: id of a Locker with tasks waiting for the lock ->
+-- lockers  P{K}:lockers  sorted set: id of a Locker with tasks waiting for the lock ->
 --                        when it started waiting (server clock, us); oldest first
 -- A freed lock wakes one Locker, not every process that waits for it: the one waiting
 -- longest that still listens. Its waiter then asks, and if someone else was quicker,

@@ -1,7 +1,8 @@
--- Release a lock if, and only if, the caller owns it, and wake one waiting Locker.
--- KEYS[1] lock key          P{N}
--- KEYS[2] waiting Lockers   P{N}:lockers
--- KEYS[3] release channel   P{N}:released (a Locker's own: this, ':', its id)
+-- Release an exclusive lock if, and only if, the caller owns it, and wake one waiting
+-- Locker.
+-- KEYS[1] lock key          P{K}
+-- KEYS[2] waiting Lockers   P{K}:lockers
+-- KEYS[3] release channel   P{K}:released (a Locker's own: this, ':', its id)
 -- ARGV[1] owner token
 -- ARGV[2] the caller's Locker ('' for none)
 -- ARGV[3] '1' when tasks of the caller's Locker wait for the lock too

@@ -1,0 +1,256 @@
+//! The systems compared, and how each takes and gives back a lock.
+//!
+//! - `lock-core`: this crate, through its public API only: `Locker::lock_with` and
+//!   `LockGuard::release`, default 30 s lease with the watchdog on; its fair lock too.
+//! - `raw-fenced`: the floor for what lock-core does. One redis-rs `MultiplexedConnection`;
+//!   one script does `SET NX PX` and, when it set the key, `INCR` of a fencing counter
+//!   beside it; the release is a compare-and-delete script.
+//! - `raw`: the floor of any Redis lock, with no fencing token: `SET NX PX` and the same
+//!   compare-and-delete.
+//! - `rslock`: the crate from crates.io with its default settings.
+//! - `none`: takes nothing and gives back nothing, for the baselines.
+//!
+//! raw and raw-fenced have no wake-up: a waiter tries again at once (`yield_now`, no sleep),
+//! the lowest latency polling can give, and its cost in commands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::redis::aio::MultiplexedConnection;
+use lock_core::redis::{self, Script};
+use lock_core::{LockGuard, LockOptions, Locker};
+
+/// The lease of raw, raw-fenced and rslock; lock-core's default lease is the same.
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
+
+/// How long a lock-core waiter may wait: longer than any scenario.
+const WAIT: Duration = Duration::from_secs(300);
+
+/// raw-fenced's acquire: the key if free, then a fencing token from the counter beside it.
+/// Returns the token, or nil when the lock is held.
+const RAW_FENCED_ACQUIRE: &str = r#"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false"#;
+
+/// The compare-and-delete of raw and raw-fenced (and of redis-py, node-redlock, redsync).
+const RAW_RELEASE: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0"#;
+
+/// A lock under test.
+#[derive(Debug, Clone)]
+pub(crate) enum System {
+    LockCore(Locker),
+    /// lock-core's fair lock: `LockOptions::fair(true)`.
+    Fair(Locker),
+    RawFenced(Raw),
+    Raw(Raw),
+    Rslock(rslock::LockManager),
+    None,
+}
+
+/// A lock taken by a [`System`], to give back to it.
+#[derive(Debug)]
+pub(crate) enum Held {
+    LockCore(LockGuard),
+    Raw { key: String, token: String },
+    Rslock(rslock::Lock),
+    None,
+}
+
+impl System {
+    pub(crate) async fn lock_core(url: &str) -> Self {
+        Self::LockCore(Locker::connect(url).await.expect("connect lock-core"))
+    }
+
+    pub(crate) async fn raw_fenced(url: &str) -> Self {
+        Self::RawFenced(Raw::connect(url).await)
+    }
+
+    pub(crate) async fn raw(url: &str) -> Self {
+        Self::Raw(Raw::connect(url).await)
+    }
+
+    pub(crate) fn rslock(url: &str) -> Self {
+        Self::Rslock(rslock::LockManager::new(vec![url.to_owned()]))
+    }
+
+    /// The system called `name`, connected to `url`.
+    pub(crate) async fn connect(name: &str, url: &str) -> Self {
+        match name {
+            "lock-core" => Self::lock_core(url).await,
+            "raw-fenced" => Self::raw_fenced(url).await,
+            "raw" => Self::raw(url).await,
+            "rslock" => Self::rslock(url),
+            "none" => Self::None,
+            other => panic!("unknown system {other:?}"),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::LockCore(_) | Self::Fair(_) => "lock-core",
+            Self::RawFenced(_) => "raw-fenced",
+            Self::Raw(_) => "raw",
+            Self::Rslock(_) => "rslock",
+            Self::None => "none",
+        }
+    }
+
+    /// The commands Redis runs only inside this system's Lua scripts. `INFO commandstats`
+    /// counts those too; leaving them out leaves the commands the client sent.
+    pub(crate) fn in_script(&self) -> &'static [&'static str] {
+        match self {
+            Self::LockCore(_) => &[
+                "set", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "zadd",
+                "zpopmin",
+            ],
+            Self::Fair(_) => &[
+                "set", "time", "incr", "pexpire", "get", "del", "publish", "pttl", "hget", "lpop",
+                "hdel", "hset", "rpush", "lrem", "zadd", "zpopmin",
+            ],
+            Self::RawFenced(_) => &["set", "incr", "get", "del"],
+            Self::Raw(_) | Self::Rslock(_) => &["get", "del"],
+            Self::None => &[],
+        }
+    }
+
+    /// Takes the lock named `name`, waiting for it by the system's own means.
+    pub(crate) async fn acquire(&self, name: &str) -> Held {
+        match self {
+            Self::LockCore(locker) => Held::LockCore(
+                locker
+                    .lock_with(name, LockOptions::new().wait(WAIT))
+                    .await
+                    .expect("lock-core lock"),
+            ),
+            Self::Fair(locker) => Held::LockCore(
+                locker
+                    .lock_with(name, LockOptions::new().wait(WAIT).fair(true))
+                    .await
+                    .expect("lock-core fair lock"),
+            ),
+            Self::RawFenced(raw) => {
+                let key = format!("raw-fenced:{{{name}}}");
+                let fence = format!("{key}:fence");
+                let token = token();
+                while raw.try_acquire_fenced(&key, &fence, &token).await.is_none() {
+                    tokio::task::yield_now().await;
+                }
+                Held::Raw { key, token }
+            }
+            Self::Raw(raw) => {
+                let key = format!("raw:{{{name}}}");
+                let token = token();
+                while !raw.try_acquire(&key, &token).await {
+                    tokio::task::yield_now().await;
+                }
+                Held::Raw { key, token }
+            }
+            Self::Rslock(manager) => Held::Rslock(
+                manager
+                    .acquire_no_guard(format!("rslock:{{{name}}}").as_str(), LEASE)
+                    .await
+                    .expect("rslock acquire"),
+            ),
+            Self::None => Held::None,
+        }
+    }
+
+    /// Gives back a lock this system took.
+    pub(crate) async fn release(&self, held: Held) {
+        match (self, held) {
+            (Self::LockCore(_) | Self::Fair(_), Held::LockCore(guard)) => {
+                guard.release().await.expect("lock-core release");
+            }
+            (Self::RawFenced(raw) | Self::Raw(raw), Held::Raw { key, token }) => {
+                raw.release(&key, &token).await;
+            }
+            (Self::Rslock(_), Held::Rslock(lock)) => lock.release().await,
+            (Self::None, Held::None) => {}
+            (system, held) => unreachable!("{held:?} given back to {}", system.name()),
+        }
+    }
+}
+
+/// An owner token: 128 random bits in hex.
+fn token() -> String {
+    format!("{:032x}", fastrand::u128(..))
+}
+
+/// A redis-rs `MultiplexedConnection` with the floors' scripts loaded.
+#[derive(Debug, Clone)]
+pub(crate) struct Raw {
+    conn: MultiplexedConnection,
+    fenced_acquire: Arc<Script>,
+    release: Arc<Script>,
+}
+
+impl Raw {
+    async fn connect(url: &str) -> Self {
+        let mut conn = connection(url).await;
+        let fenced_acquire = Script::new(RAW_FENCED_ACQUIRE);
+        let release = Script::new(RAW_RELEASE);
+        for script in [&fenced_acquire, &release] {
+            script
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await
+                .expect("SCRIPT LOAD");
+        }
+        Self {
+            conn,
+            fenced_acquire: Arc::new(fenced_acquire),
+            release: Arc::new(release),
+        }
+    }
+
+    /// `SET key token NX PX lease`: whether it set the key.
+    async fn try_acquire(&self, key: &str, token: &str) -> bool {
+        let reply: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(LEASE.as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("SET NX PX");
+        reply.is_some()
+    }
+
+    /// The same `SET` and an `INCR` of `fence`, in one script: the fencing token, if it set
+    /// the key.
+    async fn try_acquire_fenced(&self, key: &str, fence: &str, token: &str) -> Option<u64> {
+        self.fenced_acquire
+            .key(key)
+            .key(fence)
+            .arg(token)
+            .arg(LEASE.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .expect("EVALSHA fenced acquire")
+    }
+
+    /// Deletes `key` if it still holds `token`.
+    async fn release(&self, key: &str, token: &str) {
+        let _: i64 = self
+            .release
+            .key(key)
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .expect("EVALSHA release");
+    }
+}
+
+/// A new multiplexed connection to `url`.
+pub(crate) async fn connection(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis")
+}

@@ -1,0 +1,174 @@
+//! How commands reach Redis: one multiplexed connection, shared by every call of a
+//! `Locker` (it serves many tasks at once), opened again after it breaks.
+//!
+//! This is where deployments differ: a single node today, opened from a url or by a bb8
+//! pool's manager ([`Source`]); Sentinel and Cluster connections slot in here as further
+//! sources and connection types.
+
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use bb8_redis::RedisConnectionManager;
+use redis::RedisError;
+use redis::aio::MultiplexedConnection;
+
+use crate::LockError;
+
+/// A connection in hand, for one call. Cloning it is cheap: it is shared.
+pub(super) type Conn = MultiplexedConnection;
+
+/// Where connections come from.
+pub(super) enum Source {
+    /// The server of a url.
+    Client(Box<redis::Client>),
+    /// A bb8 pool's manager (not a checkout: one connection serves every call, and a
+    /// checkout would `PING` first).
+    Pool(bb8::Pool<RedisConnectionManager>),
+}
+
+/// The shared connection of one `Locker`. Own code, not redis-rs's `ConnectionManager`:
+/// that one waits for a reconnect inside each command, so a call could not tell when its
+/// command was sent, and a lease must run from then (tests/outage.rs shows the lease lost).
+pub(super) struct Connection {
+    source: Source,
+    shared: Mutex<Option<Conn>>,
+    /// One task opens a connection at a time; the others then share it.
+    opening: tokio::sync::Mutex<()>,
+    connect_timeout: Duration,
+    /// Where it goes, for messages (never with a password).
+    address: String,
+}
+
+impl Connection {
+    /// Connections from `source`, each opened within `connect_timeout`. None is opened
+    /// before the first call.
+    pub(super) fn new(source: Source, address: String, connect_timeout: Duration) -> Self {
+        Self {
+            source,
+            shared: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            connect_timeout,
+            address,
+        }
+    }
+
+    /// Where the connection goes, for messages.
+    pub(super) fn address(&self) -> &str {
+        &self.address
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Option<Conn>> {
+        // Every update is one assignment: a poisoned lock still guards a whole value.
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The shared connection, opened first if need be. Once it returns, a command sent on
+    /// it is on its way.
+    pub(super) async fn get(&self) -> Result<Conn, LockError> {
+        if let Some(conn) = self.shared().clone() {
+            return Ok(conn);
+        }
+        // Boxed: inline, it would make every command's future 2,624 B, not 720.
+        Box::pin(self.open()).await
+    }
+
+    /// Opens the shared connection, unless another task just did. A refused connect is
+    /// reported at once, with its cause.
+    async fn open(&self) -> Result<Conn, LockError> {
+        let _one_at_a_time = self.opening.lock().await;
+        if let Some(conn) = self.shared().clone() {
+            return Ok(conn);
+        }
+        let opening = async {
+            match &self.source {
+                Source::Client(client) => client.get_multiplexed_async_connection().await,
+                Source::Pool(pool) => pool.dedicated_connection().await,
+            }
+        };
+        let context = || format!("cannot connect to redis at {}", self.address);
+        let conn = tokio::time::timeout(self.connect_timeout, opening)
+            .await
+            .map_err(|_| {
+                let cause = format!("no answer within {:?}", self.connect_timeout);
+                LockError::backend(context(), cause)
+            })?
+            .map_err(|e| LockError::backend(context(), e))?;
+        *self.shared() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `op` on the shared connection. If that connection turns out dead (the
+    /// server restarted or the network dropped it while it was idle), runs `op` once
+    /// more on a fresh one. Only calls that are safe to repeat come here: the acquire
+    /// scripts recognise their own token, extend and reads are idempotent. A timeout is
+    /// not retried: the first request may still run.
+    pub(super) async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let conn = self.get().await?;
+        let e = match op(conn).await {
+            Ok(value) => return Ok(value),
+            Err(e) if e.is_connection_dropped() && !e.is_timeout() => e,
+            Err(e) => return Err(self.error(what, e)),
+        };
+        tracing::debug!(error = %e, "redis connection is dead; retrying on a fresh one");
+        self.forget_broken(&e);
+        let conn = self.get().await?;
+        op(conn).await.map_err(|e| self.error(what, e))
+    }
+
+    /// Wraps a failure of `what`; forgets the shared connection when it is broken.
+    pub(super) fn error(&self, what: &str, e: RedisError) -> LockError {
+        self.forget_broken(&e);
+        LockError::backend(format!("{what} on redis at {}", self.address), e)
+    }
+
+    /// A connection that `e` shows broken, or no longer answering, is opened again by the
+    /// next call.
+    fn forget_broken(&self, e: &RedisError) {
+        if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
+            *self.shared() = None;
+        }
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match self.source {
+            Source::Client(_) => "url",
+            Source::Pool(_) => "pool",
+        };
+        f.debug_struct("Connection")
+            .field("source", &source)
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Strips the user name and password from a Redis URL, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_credentials() {
+        assert_eq!(
+            redact("redis://user:secret@db.internal:6380/2"),
+            "redis://***@db.internal:6380/2"
+        );
+        assert_eq!(redact("redis://:p@ss@h:1"), "redis://***@h:1");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

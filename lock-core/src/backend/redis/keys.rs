@@ -1,0 +1,141 @@
+//! Where a lock lives in Redis: its store keys, and the channels that wake its waiters.
+//!
+//! A lock with key `K` under namespace `P` is the string key `P{K}`, holding its owner's
+//! token. Every other key of the lock is `P{K}:<suffix>`, so all share the hash tag `{K}`
+//! and one cluster slot, and every script gets them all through `KEYS`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::LockKey;
+
+/// The lock's fence counter, `P{K}:fence`.
+const FENCE: &str = ":fence";
+/// The `Locker`s with tasks waiting for the lock, oldest first, `P{K}:lockers`.
+const LOCKERS: &str = ":lockers";
+/// A fair lock's line of waiting tokens, `P{K}:queue`.
+const QUEUE: &str = ":queue";
+/// A fair lock's places in line (when each runs out, its lease, its `Locker`),
+/// `P{K}:waiters`.
+const PLACES: &str = ":waiters";
+/// The stem of the lock's wake-up channels, `P{K}:released`: each `Locker` listens on
+/// its own, the stem, `:`, and the `Locker`'s id.
+const CHANNEL: &str = ":released";
+
+/// A lock's key in Redis, `P{K}`, from which its other keys are named.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct RedisKey(Arc<str>);
+
+impl RedisKey {
+    /// The key of lock `key` under `namespace`.
+    pub(super) fn new(namespace: &str, key: &LockKey) -> Self {
+        Self(format!("{namespace}{{{key}}}").into())
+    }
+
+    /// A key already in Redis form, as read back from a channel name.
+    pub(super) fn from_redis(key: &str) -> Self {
+        Self(key.into())
+    }
+
+    pub(super) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key shared, to name the lock's local line without copying it.
+    pub(super) fn shared(&self) -> &Arc<str> {
+        &self.0
+    }
+
+    pub(super) fn fence(&self) -> String {
+        self.suffixed(FENCE)
+    }
+
+    pub(super) fn lockers(&self) -> String {
+        self.suffixed(LOCKERS)
+    }
+
+    pub(super) fn queue(&self) -> String {
+        self.suffixed(QUEUE)
+    }
+
+    pub(super) fn places(&self) -> String {
+        self.suffixed(PLACES)
+    }
+
+    /// The stem of the lock's wake-up channels.
+    pub(super) fn channel(&self) -> String {
+        self.suffixed(CHANNEL)
+    }
+
+    fn suffixed(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.0)
+    }
+}
+
+impl fmt::Display for RedisKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A `Locker`'s own wake-up channels: one per lock it waits for, on which a release
+/// wakes it and a fair lock is handed over to its waiters.
+#[derive(Debug, Clone)]
+pub(super) struct Channels {
+    id: Arc<str>,
+    /// `:released:<id>`.
+    own_suffix: Arc<str>,
+}
+
+impl Channels {
+    /// The channels of a new `Locker`, with a random id.
+    pub(super) fn new() -> Self {
+        let id = format!("{:016x}", fastrand::u64(..));
+        Self {
+            own_suffix: format!("{CHANNEL}:{id}").into(),
+            id: id.into(),
+        }
+    }
+
+    /// The `Locker`'s id, which releases name to wake it.
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// This `Locker`'s channel for lock `key`.
+    pub(super) fn of(&self, key: &str) -> String {
+        format!("{key}{}", self.own_suffix)
+    }
+
+    /// The lock whose channel this is, if it is one of this `Locker`'s.
+    pub(super) fn key_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel.strip_suffix(&*self.own_suffix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_lock_shares_its_hash_tag() {
+        let key = RedisKey::new("lock:", &LockKey::new("balance:42").unwrap());
+        assert_eq!(key.as_str(), "lock:{balance:42}");
+        assert_eq!(key.fence(), "lock:{balance:42}:fence");
+        assert_eq!(key.lockers(), "lock:{balance:42}:lockers");
+        assert_eq!(key.queue(), "lock:{balance:42}:queue");
+        assert_eq!(key.places(), "lock:{balance:42}:waiters");
+        assert_eq!(key.channel(), "lock:{balance:42}:released");
+    }
+
+    #[test]
+    fn a_lock_is_found_from_its_lockers_channel() {
+        let channels = Channels::new();
+        let own = channels.of("lock:{a:released}");
+        assert_eq!(own, format!("lock:{{a:released}}:released:{}", channels.id));
+        assert_eq!(channels.key_of(&own), Some("lock:{a:released}"));
+        let other = Channels::new().of("lock:{a}");
+        assert_eq!(channels.key_of(&other), None, "another Locker's channel");
+        assert_eq!(channels.key_of("lock:{a}:released"), None);
+    }
+}

@@ -1,0 +1,511 @@
+//! The Redis store: locks on a single Redis node.
+//!
+//! - [`keys`]: where a lock lives (its store keys and wake-up channels);
+//! - [`connection`]: the one multiplexed connection every call shares;
+//! - [`scripts`]: the Lua scripts and the one place they run from;
+//! - [`exclusive`] and [`fair`]: the two lock kinds, each a script to take it and one to
+//!   release it;
+//! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
+//!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
+//! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs.
+//!
+//! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
+//! attempts, and the hub wakes its waiters.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bb8_redis::RedisConnectionManager;
+use redis::{AsyncCommands, FromRedisValue, ScriptInvocation};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::wait::handover::{Handover, Leftover};
+use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
+use crate::wait::{self, Attempt, ClientWait, Joined, Left};
+use crate::{LockError, LockKey, LockKind};
+
+mod connection;
+mod exclusive;
+mod fair;
+mod handover;
+mod hub;
+mod keys;
+mod scripts;
+
+pub(crate) use connection::redact;
+use connection::{Conn, Connection, Source};
+use hub::{Hub, Listening, Relay};
+use keys::{Channels, RedisKey};
+use scripts::Scripts;
+
+/// Renewals per pipeline.
+const RENEW_CHUNK: usize = 512;
+/// How long a fair waiter's place in line lasts unless it asks again (it does, at least
+/// every safety poll), so that a waiter that died is skipped after at most this.
+const PLACE_IN_LINE: Duration = Duration::from_secs(5);
+/// How long a `Locker` stays among those a release wakes unless one of its waiters asks
+/// again (each does at least every safety poll); also how long a fair lock's line lasts,
+/// which must outlast every place in it.
+const WAITING_LOCKER: Duration = Duration::from_secs(PLACE_IN_LINE.as_secs() * 2);
+
+/// Everything needed to open connections, from the builder.
+#[derive(Debug)]
+pub(crate) struct RedisConfig {
+    /// The server's url: for the commands' connection unless a pool is given, and for
+    /// the pub/sub connection that wakes waiters (without it, waiters poll).
+    pub(crate) client: Option<redis::Client>,
+    /// A pool whose manager opens the commands' connection.
+    pub(crate) pool: Option<bb8::Pool<RedisConnectionManager>>,
+    /// Where the server is, for messages.
+    pub(crate) address: String,
+    pub(crate) namespace: String,
+    pub(crate) fence_ttl: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// How many releases of an exclusive lock in a row may hand it to a local waiter.
+    pub(crate) local_handovers: u32,
+}
+
+/// Locks in one Redis. Cheap to clone (an `Arc` inside), so background work can own one.
+#[derive(Debug, Clone)]
+pub(crate) struct RedisStore(Arc<Inner>);
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    connection: Connection,
+    scripts: Scripts,
+    namespace: String,
+    fence_ttl_ms: u64,
+    lines: Arc<Lines<Listening>>,
+    /// Delivers wake-ups; none without a url (then waiters poll).
+    hub: Option<Hub>,
+    /// The channels on which this `Locker` is woken and handed fair locks.
+    channels: Channels,
+    local_handovers: u32,
+    /// Work that outlives the call that started it (releasing for an acquire cut short).
+    background: TaskTracker,
+}
+
+impl Deref for RedisStore {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl RedisStore {
+    /// Opens the commands' connection (within the connect timeout) and loads the scripts,
+    /// so that a wrong address or password fails here, with the address and the cause.
+    pub(crate) async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        let RedisConfig {
+            client,
+            pool,
+            address,
+            namespace,
+            fence_ttl,
+            connect_timeout,
+            local_handovers,
+        } = config;
+        let source = match (pool, &client) {
+            (Some(pool), _) => Source::Pool(pool),
+            (None, Some(client)) => Source::Client(Box::new(client.clone())),
+            (None, None) => return Err(LockError::Config("no redis url or pool".into())),
+        };
+        let connection = Connection::new(source, address, connect_timeout);
+        let lines = Arc::new(Lines::default());
+        let channels = Channels::new();
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
+            let me = me.clone();
+            let relay: Relay = Arc::new(move |key: &str| {
+                if let Some(inner) = me.upgrade() {
+                    RedisStore(inner).relay_detached(&RedisKey::from_redis(key));
+                }
+            });
+            Inner {
+                connection,
+                scripts: Scripts::new(),
+                namespace,
+                fence_ttl_ms: millis(fence_ttl),
+                hub: client.map(|client| {
+                    Hub::new(
+                        client,
+                        lines.clone(),
+                        connect_timeout,
+                        channels.clone(),
+                        relay,
+                    )
+                }),
+                lines,
+                channels,
+                local_handovers,
+                background: TaskTracker::new(),
+            }
+        });
+        let store = RedisStore(inner);
+        let loaded = tokio::time::timeout(connect_timeout, store.load_scripts()).await;
+        match loaded {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(LockError::backend(
+                    format!("cannot connect to redis at {}", store.connection.address()),
+                    format!("no answer within {connect_timeout:?}"),
+                ));
+            }
+        }
+        Ok(store)
+    }
+
+    async fn load_scripts(&self) -> Result<(), LockError> {
+        let mut conn = self.connection.get().await?;
+        for script in self.scripts.all() {
+            script
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| self.connection.error("load the lock scripts", e))?;
+        }
+        Ok(())
+    }
+
+    /// The lock's key in Redis.
+    fn key(&self, key: &LockKey) -> RedisKey {
+        RedisKey::new(&self.namespace, key)
+    }
+
+    /// How long the fence counter is kept: at least as long as a lease drawn from it.
+    fn fence_ttl_ms(&self, lease: Duration) -> u64 {
+        self.fence_ttl_ms.max(millis(lease))
+    }
+
+    /// Runs `work` in the background, counted for [`Store::flush`]; `what` it does is
+    /// for the warning if there is no runtime to run it on.
+    fn spawn(&self, what: &str, work: impl Future<Output = ()> + Send + 'static) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                self.background.spawn_on(work, &runtime);
+            }
+            Err(_) => tracing::warn!("no tokio runtime to {what} in"),
+        }
+    }
+
+    /// Releases lock `key` on `conn` as `how` says, if `token` holds it (or, leaving,
+    /// takes it out of the line); says whether `token` held it.
+    async fn release_on(
+        &self,
+        conn: &mut Conn,
+        key: &RedisKey,
+        token: &str,
+        how: Release,
+    ) -> redis::RedisResult<bool> {
+        match how {
+            Release::Exclusive => {
+                let own_waiters = self.own_waiters(self.lines.get(key.as_str()).as_deref());
+                self.free_exclusive(conn, key, token, own_waiters).await
+            }
+            Release::Fair => {
+                let call = self.fair_release_call(&self.scripts.fair_release, key, token);
+                call.invoke_async(conn).await
+            }
+            Release::Leave => {
+                let call = self.fair_release_call(&self.scripts.fair_leave, key, token);
+                call.invoke_async(conn).await
+            }
+        }
+    }
+
+    /// Sends `call`, an acquire script's, for `token` on lock `key`: its reply, and when it
+    /// was sent, with the connection in hand (the lease runs from then: Redis sets the key
+    /// no earlier than it receives the call). Should the call be cut short or its reply
+    /// lost, the lock, or a place in line, may have been taken: it is then released as
+    /// `how` says.
+    async fn send_acquire<T: FromRedisValue>(
+        &self,
+        key: &RedisKey,
+        token: &str,
+        call: &ScriptInvocation<'_>,
+        how: Release,
+    ) -> Result<(T, Instant), LockError> {
+        let pending = PendingAcquire {
+            store: self,
+            key,
+            token,
+            how,
+            armed: true,
+        };
+        let sent = self
+            .connection
+            .run("acquire", |mut conn| async move {
+                let sent_at = Instant::now();
+                let reply: T = call.invoke_async(&mut conn).await?;
+                Ok((reply, sent_at))
+            })
+            .await?;
+        pending.disarm();
+        Ok(sent)
+    }
+
+    /// Renews `leases` (of locks `keys`) on `conn` with compare-and-pexpire calls, a
+    /// pipeline per chunk, not a round trip per lease: for each, until when it runs, if it
+    /// is still its owner's.
+    async fn renew_on(
+        &self,
+        conn: &mut Conn,
+        leases: &[Renewal<'_>],
+        keys: &[RedisKey],
+    ) -> redis::RedisResult<Vec<Option<Instant>>> {
+        let mut renewed = Vec::with_capacity(leases.len());
+        for (leases, keys) in leases.chunks(RENEW_CHUNK).zip(keys.chunks(RENEW_CHUNK)) {
+            let calls: Vec<_> = leases
+                .iter()
+                .zip(keys)
+                .map(|(r, key)| {
+                    let mut call = self.scripts.extend.key(key.as_str());
+                    call.arg(r.hold.token).arg(millis(r.lease));
+                    call
+                })
+                .collect();
+            // Each lease runs from here, with the connection in hand.
+            let sent_at = Instant::now();
+            let held: Vec<bool> = scripts::pipelined(conn, &self.scripts.extend, &calls).await?;
+            let until = held.into_iter().zip(leases);
+            renewed.extend(until.map(|(held, r)| held.then_some(sent_at + r.lease)));
+        }
+        Ok(renewed)
+    }
+
+    /// Releases lock `key` as `how` says, in the background: a lock handed over to a
+    /// waiter that gave up, a fair waiter leaving the line, an acquire cut short.
+    fn release_detached(&self, key: &RedisKey, token: &str, how: Release) {
+        let (store, key, token) = (self.clone(), key.clone(), token.to_owned());
+        self.spawn("release a lock", async move {
+            let released = async {
+                let mut conn = store.connection.get().await?;
+                store
+                    .release_on(&mut conn, &key, &token, how)
+                    .await
+                    .map_err(|e| store.connection.error("release", e))
+            };
+            if let Err(e) = released.await {
+                tracing::warn!(key = %key, error = %e, "background release failed; the lease will expire");
+            }
+        });
+    }
+
+    fn unsupported(&self, key: &LockKey, kind: LockKind) -> LockError {
+        LockError::Unsupported {
+            key: key.to_string(),
+            store: self.name().to_owned(),
+            kind,
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        matches!(kind, LockKind::Exclusive | LockKind::Fair)
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        Box::pin(wait::acquire(self, request))
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let key = self.key(hold.key);
+            match hold.kind {
+                LockKind::Exclusive => self.release_exclusive(&key, hold.token).await,
+                LockKind::Fair => self.release_fair(&key, hold.token).await,
+                kind => Err(self.unsupported(hold.key, kind)),
+            }
+        })
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        Box::pin(async move {
+            let keys: Vec<RedisKey> = leases.iter().map(|r| self.key(r.hold.key)).collect();
+            self.connection
+                .run("renew leases", |mut conn| {
+                    let keys = &keys;
+                    async move { self.renew_on(&mut conn, leases, keys).await }
+                })
+                .await
+        })
+    }
+
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let key = self.key(hold.key);
+            let owner: Option<String> = self
+                .connection
+                .run("read the owner", |mut conn| {
+                    let key = key.as_str();
+                    async move { conn.get(key).await }
+                })
+                .await?;
+            Ok(owner.as_deref() == Some(hold.token))
+        })
+    }
+
+    fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.background.close();
+            self.background.wait().await;
+            self.background.reopen();
+        })
+    }
+}
+
+impl ClientWait for RedisStore {
+    type Listening = Listening;
+
+    async fn attempt<'a>(
+        &'a self,
+        request: &'a Acquire,
+        waits_for: Duration,
+    ) -> Result<Attempt, LockError> {
+        match request.kind {
+            LockKind::Exclusive => self.attempt_exclusive(request, waits_for).await,
+            LockKind::Fair => self.attempt_fair(request, waits_for).await,
+            kind => Err(self.unsupported(&request.key, kind)),
+        }
+    }
+
+    fn join(&self, request: &Acquire) -> Joined<Listening> {
+        let key = self.key(&request.key);
+        let Some(hub) = &self.hub else {
+            return Joined {
+                line: self.lines.join(key.shared(), |_| {}),
+                already_listening: false,
+            };
+        };
+        hub.ensure_running();
+        let mut joined_others = false;
+        let line = self.lines.join(key.shared(), |edge| match edge {
+            Edge::Changed => hub.subscribe(key.shared().clone()),
+            Edge::Unchanged => joined_others = true,
+        });
+        let already_listening = joined_others && line.listening.is_ready();
+        Joined {
+            line,
+            already_listening,
+        }
+    }
+
+    fn handover(&self, kind: LockKind) -> Handover {
+        if kind == LockKind::Exclusive && self.local_handovers > 0 {
+            Handover::Waiting { may_hold: false }
+        } else {
+            Handover::Off
+        }
+    }
+
+    fn until_listening(
+        &self,
+        line: &Line<Listening>,
+        limit: Duration,
+    ) -> impl Future<Output = ()> + Send {
+        let hub = self.hub.is_some();
+        async move {
+            if hub {
+                let _ = tokio::time::timeout(limit, line.listening.until_ready()).await;
+            }
+        }
+    }
+
+    /// Until the holder's lease runs out, but never longer than a bounded, jittered poll
+    /// (wake-ups can be missed while the pub/sub connection is down), and with a short
+    /// backoff while wake-ups are not being delivered at all.
+    fn poll_interval(
+        &self,
+        holder_ttl: Option<Duration>,
+        line: &Line<Listening>,
+        failed: u32,
+    ) -> Duration {
+        const SAFETY_POLL: Duration = Duration::from_secs(1);
+        const GRACE: Duration = Duration::from_millis(1);
+        let cap = if line.listening.is_ready() {
+            SAFETY_POLL.mul_f64(0.75 + fastrand::f64() * 0.25)
+        } else {
+            // No wake-ups: back off from 5 ms to the safety poll, jittered.
+            let step = Duration::from_millis(5) * 2u32.pow(failed.min(8));
+            step.min(SAFETY_POLL).mul_f64(0.5 + fastrand::f64() * 0.5)
+        };
+        holder_ttl.map_or(cap, |ttl| (ttl + GRACE).min(cap))
+    }
+
+    fn left(&self, left: Left<'_, Listening>) {
+        let key = RedisKey::from_redis(left.line.key());
+        if left.kind == LockKind::Fair && !left.held {
+            self.release_detached(&key, left.token, Release::Leave);
+        }
+        if left.leftover == Leftover::Release {
+            // Handed over to this waiter, which gave up before taking it: free it.
+            self.release_detached(&key, left.token, Release::Exclusive);
+        }
+        let Some(hub) = &self.hub else {
+            self.lines.leave(left.line, WhenEmpty::Remove, |_| {});
+            return;
+        };
+        let mut last = false;
+        self.lines.leave(left.line, WhenEmpty::Linger, |edge| {
+            if edge == Edge::Changed {
+                hub.idle(key.shared().clone());
+                last = true;
+            }
+        });
+        if last && !left.held {
+            // Nobody here waits any more: take this `Locker` out of those a release wakes.
+            self.stop_waiting_detached(&key);
+        }
+    }
+}
+
+/// How a lock is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// An exclusive lock's: free, waking one waiting `Locker`.
+    Exclusive,
+    /// A fair lock's: to the next in line, or free.
+    Fair,
+    /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
+    Leave,
+}
+
+/// Releases a lock by token unless the acquire it guards comes to an answer: if that
+/// acquire's future is dropped (its call cut short), or it fails (its reply lost), the
+/// lock, or a place in line, may have been taken. Armed around the whole attempt, retry
+/// included, so the release is sent after everything the attempt sent: on the same
+/// connection, or after it died.
+struct PendingAcquire<'a> {
+    store: &'a RedisStore,
+    key: &'a RedisKey,
+    token: &'a str,
+    how: Release,
+    armed: bool,
+}
+
+impl PendingAcquire<'_> {
+    /// The attempt came to an answer: nothing to release.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PendingAcquire<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.store.release_detached(self.key, self.token, self.how);
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

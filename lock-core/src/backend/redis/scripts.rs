@@ -1,0 +1,204 @@
+//! The Lua scripts, and the one place they are run from.
+//!
+//! Every call is an `EVALSHA`. A server that lost its script cache (a restart, `SCRIPT
+//! FLUSH`) answers `NOSCRIPT`; the script is then loaded and the call repeated: by
+//! redis-rs's `ScriptInvocation::invoke_async` for one call, by [`pipelined`] for a
+//! pipeline of calls (the renewals), which redis-rs leaves to its caller. Each script has
+//! one reply shape, read with `FromRedisValue`.
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ScriptInvocation, Value};
+
+use super::connection::Conn;
+
+/// A script: its helpers (each prepended file), then its body.
+macro_rules! script {
+    ($($file:literal),+) => {
+        Script::new(concat!($(include_str!(concat!("../../scripts/", $file))),+))
+    };
+}
+
+/// Every script a `Locker` runs on Redis.
+#[derive(Debug)]
+pub(super) struct Scripts {
+    /// Take an exclusive lock: [`AcquireReply`].
+    pub(super) acquire: Script,
+    /// Release an exclusive lock: whether the caller held it.
+    pub(super) release: Script,
+    /// Set a lease if the caller owns the lock: whether it did.
+    pub(super) extend: Script,
+    /// Hand an exclusive lock to a local waiter: its fencing token, or nil.
+    pub(super) handover: Script,
+    /// Relay a wake-up to the next waiting `Locker`: whether one was woken.
+    pub(super) relay: Script,
+    /// Take a fair lock, or wait in line: [`FairAcquireReply`].
+    pub(super) fair_acquire: Script,
+    /// Release a fair lock: whether the caller held it.
+    pub(super) fair_release: Script,
+    /// Leave a fair lock's line: whether the lock had been handed over to the caller.
+    pub(super) fair_leave: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Self {
+            acquire: script!("fence.lua", "lockers.lua", "acquire.lua"),
+            release: script!("lockers.lua", "release.lua"),
+            extend: script!("extend.lua"),
+            handover: script!("fence.lua", "handover.lua"),
+            relay: script!("lockers.lua", "relay.lua"),
+            fair_acquire: script!(
+                "fence.lua",
+                "lockers.lua",
+                "fair_line.lua",
+                "fair_acquire.lua"
+            ),
+            fair_release: script!(
+                "fence.lua",
+                "lockers.lua",
+                "fair_line.lua",
+                "fair_release.lua"
+            ),
+            fair_leave: script!(
+                "fence.lua",
+                "lockers.lua",
+                "fair_line.lua",
+                "fair_leave.lua"
+            ),
+        }
+    }
+
+    /// Each script, to load them all up front.
+    pub(super) fn all(&self) -> [&Script; 8] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.extend,
+            &self.handover,
+            &self.relay,
+            &self.fair_acquire,
+            &self.fair_release,
+            &self.fair_leave,
+        ]
+    }
+}
+
+/// Runs a pipeline of calls of `script`, loading the script first if the server lost it.
+pub(super) async fn pipelined<T: FromRedisValue>(
+    conn: &mut Conn,
+    script: &Script,
+    calls: &[ScriptInvocation<'_>],
+) -> RedisResult<Vec<T>> {
+    let mut pipe = Pipeline::with_capacity(calls.len());
+    for call in calls {
+        pipe.invoke_script(call);
+    }
+    match pipe.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            pipe.query_async(conn).await
+        }
+        reply => reply,
+    }
+}
+
+/// The exclusive acquire script's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AcquireReply {
+    /// `{1, fence}`: the caller holds the lock.
+    Taken { fence: u64 },
+    /// `{0, pttl}`: someone else does, for `ttl` more (none: a holder with no lease).
+    Held { ttl: Option<Duration> },
+}
+
+impl FromRedisValue for AcquireReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match <(i64, i64)>::from_redis_value(v)? {
+            (1, fence) => Ok(Self::Taken {
+                fence: positive(fence)?,
+            }),
+            (0, pttl) => Ok(Self::Held { ttl: millis(pttl) }),
+            other => Err(format!("unexpected acquire reply {other:?}").into()),
+        }
+    }
+}
+
+/// The fair acquire script's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FairAcquireReply {
+    /// `{1, fence, pttl}`: the caller holds the lock (taken now, or handed over to it
+    /// earlier), for `left` more.
+    Taken { fence: u64, left: Duration },
+    /// `{0, pttl, now}`: it waits; the holder's lease runs `ttl` more, and the server's
+    /// clock read `now_us`.
+    Held { ttl: Option<Duration>, now_us: u64 },
+}
+
+impl FromRedisValue for FairAcquireReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match <(i64, i64, i64)>::from_redis_value(v)? {
+            (1, fence, pttl) => Ok(Self::Taken {
+                fence: positive(fence)?,
+                left: millis(pttl).unwrap_or_default(),
+            }),
+            (0, pttl, now_us) => Ok(Self::Held {
+                ttl: millis(pttl),
+                now_us: positive(now_us)?,
+            }),
+            other => Err(format!("unexpected fair acquire reply {other:?}").into()),
+        }
+    }
+}
+
+fn positive(n: i64) -> Result<u64, ParsingError> {
+    u64::try_from(n).map_err(|_| format!("{n} is not a positive number").into())
+}
+
+/// A `PTTL` reply: `None` for a key with no expiry (or none at all).
+fn millis(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(values: &[i64]) -> Value {
+        Value::Array(values.iter().map(|&v| Value::Int(v)).collect())
+    }
+
+    #[test]
+    fn acquire_replies_are_read_by_shape() {
+        assert_eq!(
+            AcquireReply::from_redis_value(reply(&[1, 42])).unwrap(),
+            AcquireReply::Taken { fence: 42 }
+        );
+        assert_eq!(
+            AcquireReply::from_redis_value(reply(&[0, 1500])).unwrap(),
+            AcquireReply::Held {
+                ttl: Some(Duration::from_millis(1500))
+            }
+        );
+        assert_eq!(
+            AcquireReply::from_redis_value(reply(&[0, -1])).unwrap(),
+            AcquireReply::Held { ttl: None }
+        );
+        assert!(AcquireReply::from_redis_value(reply(&[2, 1])).is_err());
+        assert!(AcquireReply::from_redis_value(reply(&[1, -5])).is_err());
+        assert_eq!(
+            FairAcquireReply::from_redis_value(reply(&[0, 20, 1_795_403_503_519_585])).unwrap(),
+            FairAcquireReply::Held {
+                ttl: Some(Duration::from_millis(20)),
+                now_us: 1_795_403_503_519_585
+            }
+        );
+        assert_eq!(
+            FairAcquireReply::from_redis_value(reply(&[1, 9, 30_000])).unwrap(),
+            FairAcquireReply::Taken {
+                fence: 9,
+                left: Duration::from_secs(30)
+            }
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The contract itself: the [`Store`] trait and what passes through it. See the
+//! [module docs](super) for what an implementation promises.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{LockError, LockKey, LockKind};
+
+/// The future a store's call returns: boxed, so that stores can sit behind `dyn Store`.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LockError>> + Send + 'a>>;
+
+/// Where locks live. See the [module docs](crate::backend) for what an implementation
+/// promises.
+pub trait Store: Any + fmt::Debug + Send + Sync {
+    /// A short name for messages, such as `"redis"` or `"memory"`.
+    fn name(&self) -> &str;
+
+    /// Whether this store can hold locks of `kind`.
+    fn supports(&self, kind: LockKind) -> bool;
+
+    /// Takes the lock `request.key` for `request.token`, waiting for it until
+    /// `request.deadline`: [`Outcome::Acquired`] with its fencing token, or
+    /// [`Outcome::Held`] if someone else still held it at the deadline.
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome>;
+
+    /// Gives the hold back: `Ok(true)` if it was still held, `Ok(false)` (changing
+    /// nothing) if it was not, because its lease ran out or its session ended.
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool>;
+
+    /// Sets each lease to run [`Renewal::lease`] from now, in one batch where the store
+    /// can: for each, `Some` with the local instant by which its lease runs out (no later
+    /// than the store will free it), or `None` if the hold is no longer its owner's.
+    /// Only holds acquired as [`Acquired::lease`] are renewed.
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>>;
+
+    /// Whether the hold is still its owner's.
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool>;
+
+    /// Waits until the work this store started in the background has finished (such as
+    /// giving back a lock whose acquire was cut short). Nothing, unless the store says
+    /// otherwise.
+    fn flush(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// A request to take a lock.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Acquire {
+    /// The lock.
+    pub key: LockKey,
+    /// The owner's token: random, one per acquisition. Only it releases or renews the
+    /// hold. Shared: a store can keep a clone as long as it needs.
+    pub token: Arc<str>,
+    /// The kind asked for; always one the store [supports](Store::supports).
+    pub kind: LockKind,
+    /// For a lease store, how long the hold lasts unless renewed.
+    pub lease: Duration,
+    /// Until when to wait for a held lock. An attempt made at or after it is the only one.
+    pub deadline: Instant,
+}
+
+/// How an acquire ended.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The lock is the caller's.
+    Acquired(Acquired),
+    /// Someone else held it until the deadline: for this much longer, if the store knows.
+    Held {
+        /// The holder's lease left at the last attempt.
+        holder_ttl: Option<Duration>,
+    },
+}
+
+/// A lock taken: its fencing token, and how the hold ends.
+#[non_exhaustive]
+pub struct Acquired {
+    /// Strictly greater than the fencing token of every earlier acquisition of the key.
+    pub fence: u64,
+    /// How the hold ends.
+    pub expiry: Expiry,
+}
+
+/// How a hold ends, other than by its release.
+#[non_exhaustive]
+pub enum Expiry {
+    /// A lease: the store frees the lock unless it is renewed, at the earliest at this
+    /// local instant.
+    Lease(Instant),
+    /// A session: the hold lasts as long as its session, and this future resolves when
+    /// the session ends without the hold's release.
+    Session(Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+impl Acquired {
+    /// A lock held by a lease that runs out at `until` (a local instant no later than the
+    /// store will free it: reckon it from when the acquiring command was sent).
+    pub fn lease(fence: u64, until: Instant) -> Self {
+        Self {
+            fence,
+            expiry: Expiry::Lease(until),
+        }
+    }
+
+    /// A lock held as long as a session; `lost` resolves if the session ends (expired,
+    /// connection dropped) while the hold lasts.
+    pub fn session(fence: u64, lost: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self {
+            fence,
+            expiry: Expiry::Session(Box::pin(lost)),
+        }
+    }
+}
+
+impl fmt::Debug for Acquired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquired")
+            .field("fence", &self.fence)
+            .field("expiry", &self.expiry)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Expiry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Lease(until) => f.debug_tuple("Lease").field(until).finish(),
+            Self::Session(_) => f.write_str("Session"),
+        }
+    }
+}
+
+/// A hold, as the store knows it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Hold<'a> {
+    /// The lock.
+    pub key: &'a LockKey,
+    /// The owner's token, as in its [`Acquire`].
+    pub token: &'a str,
+    /// The kind it was taken as.
+    pub kind: LockKind,
+    /// Its fencing token.
+    pub fence: u64,
+}
+
+/// A lease to renew.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Renewal<'a> {
+    /// The hold.
+    pub hold: Hold<'a>,
+    /// How long from now the lease is to run.
+    pub lease: Duration,
+}

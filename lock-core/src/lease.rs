@@ -1,0 +1,181 @@
+//! A hold as this process knows it: shared by the guards of a task that re-entered it
+//! and by the watchdog.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::store::{Acquire, Hold};
+use crate::{LockKey, LockKind};
+
+/// Who holds a lock, for reentrancy: the tokio task that acquired it, or, outside any
+/// task, the thread running `block_on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Context {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Context {
+    pub(crate) fn current() -> Self {
+        tokio::task::try_id().map_or_else(|| Self::Thread(std::thread::current().id()), Self::Task)
+    }
+}
+
+const HELD: u8 = 0;
+const RELEASED: u8 = 1;
+const LOST: u8 = 2;
+
+/// One acquisition: its identity in the store, and whether it is still held, released or
+/// lost. For a lease store it also keeps the lease, which the watchdog renews.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) key: LockKey,
+    pub(crate) token: Arc<str>,
+    pub(crate) fence: u64,
+    pub(crate) kind: LockKind,
+    pub(crate) context: Context,
+    /// Renewed while it lasts (lease stores); otherwise only marked lost at its deadline.
+    pub(crate) watchdog: bool,
+    /// Guards alive for this hold; changed under the reentrancy registry's lock.
+    pub(crate) holds: AtomicUsize,
+    lease_ms: AtomicU64,
+    /// When the lease runs out, as nanoseconds since `epoch`; reckoned from when the
+    /// acquiring or renewing command was sent, so it errs early. Unused for a session.
+    expires_at: AtomicU64,
+    epoch: Instant,
+    state: AtomicU8,
+    /// A renewal of it is in flight.
+    pub(crate) renewing: AtomicBool,
+    changed: Notify,
+}
+
+impl Lease {
+    /// The hold `request` took for `context`, with fencing token `fence`, renewed by the
+    /// `watchdog` or not; its lease (for a lease store) runs until `until`.
+    pub(crate) fn new(
+        request: Acquire,
+        fence: u64,
+        context: Context,
+        watchdog: bool,
+        until: Option<Instant>,
+        epoch: Instant,
+    ) -> Self {
+        let this = Self {
+            key: request.key,
+            token: request.token,
+            fence,
+            kind: request.kind,
+            context,
+            watchdog,
+            holds: 1.into(),
+            lease_ms: AtomicU64::new(0),
+            expires_at: AtomicU64::new(0),
+            epoch,
+            state: AtomicU8::new(HELD),
+            renewing: AtomicBool::new(false),
+            changed: Notify::new(),
+        };
+        this.set_lease(request.lease);
+        if let Some(until) = until {
+            this.renewed(until);
+        }
+        this
+    }
+
+    /// The hold, as the store knows it.
+    pub(crate) fn hold(&self) -> Hold<'_> {
+        Hold {
+            key: &self.key,
+            token: &self.token,
+            kind: self.kind,
+            fence: self.fence,
+        }
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_lease(&self, lease: Duration) {
+        let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        self.lease_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.expires_at.load(Ordering::Acquire))
+    }
+
+    /// `at`, moved back to a multiple of `grid` since the Locker's epoch.
+    pub(crate) fn snap_down(&self, at: Instant, grid: Duration) -> Instant {
+        let since = at.saturating_duration_since(self.epoch);
+        let grid_ns = grid.as_nanos().max(1);
+        let snapped = since.as_nanos() - since.as_nanos() % grid_ns;
+        self.epoch + Duration::from_nanos(u64::try_from(snapped).unwrap_or(u64::MAX))
+    }
+
+    /// Records that the lease runs until `until`. Never moves the deadline back.
+    pub(crate) fn renewed(&self, until: Instant) {
+        let deadline = until.saturating_duration_since(self.epoch);
+        let nanos = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        self.expires_at.fetch_max(nanos, Ordering::AcqRel);
+    }
+
+    pub(crate) fn is_active(&self) -> bool {
+        self.state.load(Ordering::Acquire) == HELD
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.state.load(Ordering::Acquire) == LOST
+    }
+
+    /// Marks the hold lost (if it was held) and wakes everything watching it.
+    pub(crate) fn mark_lost(&self) {
+        if self
+            .state
+            .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            tracing::warn!(key = %self.key, fence = self.fence, "lock lost: its lease ran out before it could be renewed, or its session ended");
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Marks the hold released (if it was held); the watchdog stops renewing it before
+    /// the release is sent, so no renewal can follow the release.
+    pub(crate) fn mark_released(&self) -> bool {
+        let released = self
+            .state
+            .compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if released {
+            self.changed.notify_waiters();
+        }
+        released
+    }
+
+    /// Resolves once the hold is lost.
+    pub(crate) async fn until_lost(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.is_lost() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Resolves once the hold is released or lost.
+    pub(crate) async fn until_over(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if !self.is_active() {
+                return;
+            }
+            changed.await;
+        }
+    }
+}

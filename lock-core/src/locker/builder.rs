@@ -1,0 +1,259 @@
+//! Configuring a `Locker`: its store and its defaults.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bb8_redis::RedisConnectionManager;
+
+use super::Locker;
+use crate::backend::redis::{RedisConfig, RedisStore, redact};
+use crate::backend::{MemoryStore, Store};
+use crate::options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
+use crate::{LockError, key};
+
+/// The namespace every Redis key gets unless told otherwise.
+pub const DEFAULT_NAMESPACE: &str = "lock:";
+/// How long connecting to Redis may take, unless told otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many releases of an exclusive lock in a row may hand it straight to a task of the
+/// same `Locker`, unless told otherwise.
+pub const DEFAULT_LOCAL_HANDOVERS: u32 = 8;
+
+/// Configures a [`Locker`]. Every setting is optional except a store: a Redis
+/// [`url`](Self::url), a bb8 [`pool`](Self::pool), [`in_memory`](Self::in_memory), or a
+/// [`store`](Self::store) of your own.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::Locker;
+///
+/// let locker = Locker::builder()
+///     .url("redis://127.0.0.1:6379/")
+///     .namespace("billing:lock:")
+///     .default_lease(Duration::from_secs(10))
+///     .default_wait(Duration::from_secs(2))
+///     .build()
+///     .await?;
+/// # let _ = locker;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Default)]
+pub struct LockerBuilder {
+    url: Option<String>,
+    pool: Option<bb8::Pool<RedisConnectionManager>>,
+    in_memory: bool,
+    store: Option<Arc<dyn Store>>,
+    namespace: Option<String>,
+    default_lease: Option<Duration>,
+    default_wait: Option<Duration>,
+    max_key_len: Option<usize>,
+    fence_ttl: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    local_handovers: Option<u32>,
+}
+
+impl fmt::Debug for LockerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockerBuilder")
+            .field("url", &self.url.as_deref().map(redact))
+            .field("pool", &self.pool.is_some())
+            .field("in_memory", &self.in_memory)
+            .field("store", &self.store.as_ref().map(|s| s.name().to_owned()))
+            .field("namespace", &self.namespace)
+            .field("default_lease", &self.default_lease)
+            .field("default_wait", &self.default_wait)
+            .field("max_key_len", &self.max_key_len)
+            .field("fence_ttl", &self.fence_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("local_handovers", &self.local_handovers)
+            .finish()
+    }
+}
+
+impl LockerBuilder {
+    /// The Redis server to use. With a [`pool`](Self::pool) too, commands go through the
+    /// pool and the url serves the pub/sub connection that wakes waiters.
+    pub fn url(mut self, url: &str) -> Self {
+        self.url = Some(url.to_owned());
+        self
+    }
+
+    /// A bb8 pool of Redis connections to use. Without a [`url`](Self::url) as well,
+    /// there is no pub/sub connection, and waiters poll (with backoff, bounded by the
+    /// holder's lease) instead of being woken at once.
+    ///
+    /// The `Locker` has the pool's manager open one multiplexed connection and shares it
+    /// between all its calls (a multiplexed connection serves many tasks at once); after
+    /// it breaks, it opens another the same way.
+    pub fn pool(mut self, pool: bb8::Pool<RedisConnectionManager>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Keep the locks in this process's memory (see [`Locker::in_memory`]).
+    pub fn in_memory(mut self) -> Self {
+        self.in_memory = true;
+        self
+    }
+
+    /// Keep the locks in `store`: one of your own (see [`crate::backend`]), or a
+    /// [`MemoryStore`] shared with other `Locker`s.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The prefix of every Redis key (default `"lock:"`): lock `K` is the key `P{K}`.
+    /// Braces and control characters are refused.
+    pub fn namespace(mut self, prefix: &str) -> Self {
+        self.namespace = Some(prefix.to_owned());
+        self
+    }
+
+    /// The lease when a call does not set one (default 30 s).
+    pub fn default_lease(mut self, d: Duration) -> Self {
+        self.default_lease = Some(d);
+        self
+    }
+
+    /// The wait when a call does not set one (default 10 s).
+    pub fn default_wait(mut self, d: Duration) -> Self {
+        self.default_wait = Some(d);
+        self
+    }
+
+    /// The longest lock key accepted, in bytes (default 512).
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.max_key_len = Some(bytes);
+        self
+    }
+
+    /// How long a lock's fence counter is kept (default 7 days), in Redis or in memory.
+    /// Its expiry is renewed every 64 acquisitions, so an idle lock leaves nothing
+    /// behind for long. Tokens stay increasing when a counter expires, however busy its
+    /// lock: a new counter starts from the server clock in microseconds.
+    pub fn fence_ttl(mut self, d: Duration) -> Self {
+        self.fence_ttl = Some(d);
+        self
+    }
+
+    /// How long connecting to Redis may take (default 5 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// How many releases of an exclusive lock in a row may hand it straight to a task of
+    /// this `Locker` that waits for it (default 8; 0 turns local hand-overs off). On
+    /// Redis, a local hand-over changes the owner and draws the waiter's fencing token in
+    /// one round trip, where a release, its wake-up and the waiter's next attempt take
+    /// two; the longest-waiting local task gets it. After this many in a row the lock is
+    /// freed for every contender, so tasks of other processes, woken then, get their
+    /// chance: an exclusive lock makes no promise of order (a
+    /// [fair](crate::LockKind::Fair) one does, and is never handed over this way). The
+    /// in-memory store has no use for it.
+    pub fn local_handovers(mut self, n: u32) -> Self {
+        self.local_handovers = Some(n);
+        self
+    }
+
+    /// Checks the settings and, for Redis, connects.
+    pub async fn build(self) -> Result<Locker, LockError> {
+        let defaults = Defaults {
+            lease: self.default_lease.unwrap_or(DEFAULT_LEASE),
+            wait: self.default_wait.unwrap_or(DEFAULT_WAIT),
+        };
+        if defaults.lease < MIN_LEASE {
+            return Err(LockError::Config(format!(
+                "default lease must be at least {MIN_LEASE:?}, got {:?}",
+                defaults.lease
+            )));
+        }
+        let max_key_len = self.max_key_len.unwrap_or(key::DEFAULT_MAX_KEY_LEN);
+        if max_key_len == 0 {
+            return Err(LockError::Config(
+                "max key length must be at least 1".into(),
+            ));
+        }
+        let fence_ttl = self.fence_ttl.unwrap_or(DEFAULT_FENCE_TTL);
+        if fence_ttl < Duration::from_secs(1) {
+            return Err(LockError::Config(format!(
+                "fence ttl must be at least 1s, got {fence_ttl:?}"
+            )));
+        }
+        let redis = self.url.is_some() || self.pool.is_some();
+        let store: Arc<dyn Store> = match (self.store, self.in_memory, redis) {
+            (Some(store), false, false) => store,
+            (Some(_), _, _) => {
+                return Err(LockError::Config(
+                    "store(..) cannot be combined with in_memory(), url(..) or pool(..)".into(),
+                ));
+            }
+            (None, true, false) => Arc::new(MemoryStore::with_fence_ttl(fence_ttl)),
+            (None, true, true) => {
+                return Err(LockError::Config(
+                    "in_memory() cannot be combined with url(..) or pool(..)".into(),
+                ));
+            }
+            (None, false, false) => {
+                return Err(LockError::Config(
+                    "no store: call url(..), pool(..), in_memory() or store(..) on the builder"
+                        .into(),
+                ));
+            }
+            (None, false, true) => Arc::new(
+                RedisStore::connect(redis_config(
+                    self.url,
+                    self.pool,
+                    self.namespace,
+                    fence_ttl,
+                    self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                    self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS),
+                )?)
+                .await?,
+            ),
+        };
+        Ok(Locker::on(store, defaults, max_key_len))
+    }
+}
+
+/// Checks the Redis settings.
+fn redis_config(
+    url: Option<String>,
+    pool: Option<bb8::Pool<RedisConnectionManager>>,
+    namespace: Option<String>,
+    fence_ttl: Duration,
+    connect_timeout: Duration,
+    local_handovers: u32,
+) -> Result<RedisConfig, LockError> {
+    let namespace = namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+    if namespace.contains(['{', '}']) || namespace.chars().any(char::is_control) {
+        return Err(LockError::Config(format!(
+            "namespace {namespace:?} must not contain braces or control characters"
+        )));
+    }
+    let client = url
+        .as_deref()
+        .map(|url| {
+            redis::Client::open(url)
+                .map_err(|e| LockError::Config(format!("invalid redis url {}: {e}", redact(url))))
+        })
+        .transpose()?;
+    let address = client.as_ref().map_or_else(
+        || "the pooled server".to_owned(),
+        |c| c.get_connection_info().addr().to_string(),
+    );
+    Ok(RedisConfig {
+        client,
+        pool,
+        address,
+        namespace,
+        fence_ttl,
+        connect_timeout,
+        local_handovers,
+    })
+}

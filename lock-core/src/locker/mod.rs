@@ -1,0 +1,272 @@
+//! The entry point: `Locker`, its builder, and the process-wide default.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures_util::future::Either;
+use tokio::time::Instant;
+
+use crate::backend::{Acquire, Acquired, Expiry, MemoryStore, Outcome, Store};
+use crate::lease::{Context, Lease};
+use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults};
+use crate::{LockError, LockGuard, LockKey, LockOptions, key};
+
+mod builder;
+pub(crate) mod inner;
+
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, LockerBuilder,
+};
+use inner::Inner;
+
+static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
+
+/// Takes and gives back locks. Cheap to clone (an `Arc` inside): make one per process and
+/// share it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use lock_core::Locker;
+///
+/// // `Locker::connect("redis://127.0.0.1/").await?` for Redis; the in-memory store has
+/// // the same semantics within one process.
+/// let locker = Locker::in_memory();
+///
+/// let guard = locker.lock("balance:42").await?;       // waits up to the default 10 s
+/// assert!(locker.try_lock("balance:42").await?.is_some(), "same task: re-entered");
+/// let other = tokio::spawn({
+///     let locker = locker.clone();
+///     async move { locker.try_lock("balance:42").await.map(|g| g.is_some()) }
+/// });
+/// assert!(!other.await.unwrap()?, "another task must wait");
+/// guard.release().await?;
+///
+/// // Or run a future under the lock; it is cancelled if the lease is lost.
+/// let balance = locker.with_lock("balance:42", async { 100 + 5 }).await?;
+/// assert_eq!(balance, 105);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("store", &self.inner.store.name())
+            .field("default_lease", &self.inner.defaults.lease)
+            .field("default_wait", &self.inner.defaults.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locker {
+    /// Connects to the Redis at `url` (`redis://[user:password@]host[:port][/db]`) with the
+    /// default settings. Fails within the connect timeout when the server cannot be
+    /// reached, naming the address (never the password) and the cause.
+    pub async fn connect(url: &str) -> Result<Locker, LockError> {
+        Self::builder().url(url).build().await
+    }
+
+    /// Starts configuring a `Locker`.
+    pub fn builder() -> LockerBuilder {
+        LockerBuilder::default()
+    }
+
+    /// A `Locker` whose locks live in this process's memory (a [`MemoryStore`]), with the
+    /// same semantics as Redis (leases, fencing tokens, wake-ups, errors) on tokio's
+    /// clock, so `tokio::time::pause()` applies. For single-process services and for
+    /// tests.
+    pub fn in_memory() -> Locker {
+        let defaults = Defaults {
+            lease: DEFAULT_LEASE,
+            wait: DEFAULT_WAIT,
+        };
+        Self::on(
+            Arc::new(MemoryStore::new()),
+            defaults,
+            key::DEFAULT_MAX_KEY_LEN,
+        )
+    }
+
+    fn on(store: Arc<dyn Store>, defaults: Defaults, max_key_len: usize) -> Locker {
+        Locker {
+            inner: Arc::new(Inner::new(store, defaults, max_key_len)),
+        }
+    }
+
+    /// Makes `locker` the process-wide default (replacing any earlier one), used where no
+    /// locker is named, as by `#[distributed_lock]` without `locker = ..`.
+    pub fn set_global(locker: Locker) {
+        *GLOBAL.write().unwrap_or_else(|e| e.into_inner()) = Some(locker);
+    }
+
+    /// The process-wide default set with [`set_global`](Self::set_global), if any.
+    pub fn global() -> Option<Locker> {
+        GLOBAL.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn max_key_len(&self) -> usize {
+        self.inner.max_key_len
+    }
+
+    pub(crate) fn default_wait(&self) -> Duration {
+        self.inner.defaults.wait
+    }
+
+    /// Takes the lock `key`, waiting up to the default wait (10 s unless configured) for
+    /// its holder to release it; [`LockError::Timeout`] after that.
+    pub async fn lock(&self, key: &str) -> Result<LockGuard, LockError> {
+        self.lock_with(key, LockOptions::new()).await
+    }
+
+    /// Takes the lock `key` with the given wait, lease, watchdog and kind.
+    pub fn lock_with(
+        &self,
+        key: &str,
+        opts: LockOptions,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + '_ {
+        // Checked before the future is made, which so carries only their checked forms.
+        let checked = LockKey::with_max_len(key, self.inner.max_key_len)
+            .and_then(|key| Ok((key, opts.resolve(&self.inner.defaults)?)));
+        let (key, opts) = match checked {
+            Ok(checked) => checked,
+            Err(e) => return Either::Right(std::future::ready(Err(e))),
+        };
+        let token: Arc<str> = Arc::from(
+            &*uuid::Uuid::new_v4()
+                .hyphenated()
+                .encode_lower(&mut uuid::Uuid::encode_buffer()),
+        );
+        let mut request = Acquire {
+            key,
+            token,
+            kind: opts.kind,
+            lease: opts.lease,
+            // Set when the wait starts: at the first poll.
+            deadline: Instant::now(),
+        };
+        // A block: an async fn would keep a second copy of the request (280 B, not 160).
+        Either::Left(async move {
+            let store = &self.inner.store;
+            if !store.supports(request.kind) {
+                return Err(LockError::Unsupported {
+                    key: request.key.to_string(),
+                    store: store.name().to_owned(),
+                    kind: request.kind,
+                });
+            }
+            let holds = &self.inner.holds;
+            if let Some(lease) = holds.reenter(&request.key, request.kind, Context::current()) {
+                tracing::trace!(key = %request.key, "lock re-entered by the task that holds it");
+                return Ok(LockGuard::new(self.inner.clone(), lease));
+            }
+            request.deadline = Instant::now() + opts.wait;
+            match store.acquire(&request).await? {
+                Outcome::Acquired(acquired) => Ok(self.hold(request, opts.watchdog, acquired)),
+                Outcome::Held { holder_ttl } => {
+                    let waited = (request.deadline - opts.wait).elapsed();
+                    tracing::debug!(key = %request.key, ?waited, "lock wait timed out");
+                    Err(LockError::Timeout {
+                        key: request.key.to_string(),
+                        waited,
+                        holder_ttl,
+                    })
+                }
+            }
+        })
+    }
+
+    /// The guard of the lock `request` took, held by the task that takes it. Its lease
+    /// is renewed while the guard lives (or, with the watchdog off, marked lost at its
+    /// deadline); a session's end marks it lost.
+    fn hold(&self, request: Acquire, watchdog: bool, acquired: Acquired) -> LockGuard {
+        let Acquired { fence, expiry } = acquired;
+        let until = match &expiry {
+            Expiry::Lease(until) => Some(*until),
+            Expiry::Session(_) => None,
+        };
+        let lease = Arc::new(Lease::new(
+            request,
+            fence,
+            Context::current(),
+            watchdog,
+            until,
+            self.inner.epoch,
+        ));
+        tracing::debug!(key = %lease.key, fence, "lock acquired");
+        self.inner.holds.insert(lease.clone());
+        match expiry {
+            Expiry::Lease(_) => self.inner.watchdog.watch(lease.clone()),
+            Expiry::Session(lost) => {
+                let lease = lease.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = lost => lease.mark_lost(),
+                        () = lease.until_over() => {}
+                    }
+                });
+            }
+        }
+        LockGuard::new(self.inner.clone(), lease)
+    }
+
+    /// Makes one attempt at the lock `key`: `Ok(None)` when someone else holds it.
+    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>, LockError> {
+        match self
+            .lock_with(key, LockOptions::new().wait(Duration::ZERO))
+            .await
+        {
+            Ok(guard) => Ok(Some(guard)),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `fut` under the lock `key` (default wait and lease) and releases it after.
+    /// If the lease is lost while `fut` runs, `fut` is dropped (cancelled) and the
+    /// result is [`LockError::Lost`]. Dropping the returned future releases the lock.
+    pub async fn with_lock<F: Future>(&self, key: &str, fut: F) -> Result<F::Output, LockError> {
+        self.with_lock_opts(key, LockOptions::new(), fut).await
+    }
+
+    /// [`with_lock`](Self::with_lock) with options.
+    pub async fn with_lock_opts<F: Future>(
+        &self,
+        key: &str,
+        opts: LockOptions,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        let guard = self.lock_with(key, opts).await?;
+        let out = guard.scope(fut).await?;
+        if let Err(e) = guard.release().await {
+            // The work is done and was done under the lock; its result stands.
+            tracing::warn!(key, error = %e, "release after with_lock failed");
+        }
+        Ok(out)
+    }
+
+    /// Waits until the locks this `Locker` gives back in the background (for dropped
+    /// guards, and for acquisitions cut short after they were sent) have been released.
+    /// Call it before the runtime shuts down, after a graceful server shutdown for
+    /// instance, so that no lock is left to run out its lease. Each release is bounded by
+    /// the connection's response timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::in_memory();
+    /// drop(locker.lock("job:1").await?); // released in the background
+    /// locker.flush().await;              // ... and now surely released
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn flush(&self) {
+        self.inner.flush().await;
+    }
+}
