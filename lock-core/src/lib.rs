@@ -42,8 +42,8 @@
 //!   [`Locker::with_lock`] cancels its future.
 //! - **Waiters** are woken by a release, on Redis through one pub/sub connection per
 //!   `Locker`: a release wakes one waiter of the `Locker` that has waited longest (the
-//!   others make no attempt); a jittered poll bounded by the holder's lease is the
-//!   safety net for a missed wake-up. A release of an exclusive lock that a task of the
+//!   others make no attempt); a jittered poll bounded by the holder's lease
+//!   ([`LockerBuilder::safety_poll`]) is the safety net for a missed wake-up. A release of an exclusive lock that a task of the
 //!   same `Locker` waits for **hands it over** to that task instead, in the same one
 //!   round trip (owner and fencing token set by one script, no message), up to
 //!   [`LockerBuilder::local_handovers`] times in a row.
@@ -197,7 +197,8 @@ pub use guard::LockGuard;
 pub use key::{DEFAULT_MAX_KEY_LEN, LockKey};
 pub use kind::LockKind;
 pub use locker::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, Locker, LockerBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_SAFETY_POLL,
+    Locker, LockerBuilder,
 };
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};

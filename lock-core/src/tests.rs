@@ -374,6 +374,15 @@ async fn invalid_keys_and_settings_are_refused() {
             .unwrap_err()
             .is_config()
     );
+    for poll in [Duration::from_millis(9), Duration::from_secs(5)] {
+        let err = Locker::builder()
+            .url("redis://127.0.0.1:1/")
+            .safety_poll(poll)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(err.is_config(), "{poll:?}: {err}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,6 +21,17 @@ async fn connect(server: &RedisServer) -> Locker {
         .expect("connect to the test server")
 }
 
+/// A Locker whose waiters try again unwoken only every 3 to 4 s, so that a test counting
+/// commands over a shorter span sees no safety poll.
+async fn connect_quiet(server: &RedisServer) -> Locker {
+    Locker::builder()
+        .url(&server.url())
+        .safety_poll(4 * SEC)
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
 /// The Redis key of lock `name` under the default namespace.
 fn redis_key(name: &str) -> String {
     format!("lock:{{{name}}}")
@@ -724,7 +735,7 @@ async fn a_release_passes_the_lock_to_a_local_waiter() {
 #[tokio::test]
 async fn a_lock_passed_to_a_waiter_that_is_gone_is_freed() {
     let server = RedisServer::spawn();
-    let locker = connect(&server).await;
+    let locker = connect_quiet(&server).await;
     for in_flight in [false, true] {
         let holder = locker.lock("orphan").await.unwrap();
         // The waiter runs until told to stop; then it is no longer polled (it cannot take
@@ -795,7 +806,7 @@ async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
     let got = Arc::new(Mutex::new(Vec::new()));
     let mut turns = Vec::new();
     for i in 0..3 {
-        let locker = connect(&server).await;
+        let locker = connect_quiet(&server).await;
         let (release, released) = tokio::sync::oneshot::channel::<()>();
         let got = got.clone();
         let task = tokio::spawn(async move {
@@ -913,7 +924,7 @@ async fn a_wake_up_that_finds_nobody_is_passed_on() {
     let (a, b, c) = (
         connect(&server).await,
         connect(&server).await,
-        connect(&server).await,
+        connect_quiet(&server).await,
     );
     let held = a.lock("relayed").await.unwrap();
     // b waits, gives up, and keeps listening a moment (its subscription lingers); put it

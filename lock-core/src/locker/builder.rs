@@ -19,6 +19,14 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many releases of an exclusive lock in a row may hand it straight to a task of the
 /// same `Locker`, unless told otherwise.
 pub const DEFAULT_LOCAL_HANDOVERS: u32 = 8;
+/// How long a waiter woken over pub/sub waits before trying again anyway, unless told
+/// otherwise.
+pub const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(1);
+/// The shortest safety poll accepted.
+const MIN_SAFETY_POLL: Duration = Duration::from_millis(10);
+/// The longest safety poll accepted: a fair waiter asks again at least this often to
+/// keep its place in line.
+const MAX_SAFETY_POLL: Duration = Duration::from_secs(4);
 
 /// Configures a [`Locker`]. Every setting is optional except a store: a Redis
 /// [`url`](Self::url), a bb8 [`pool`](Self::pool), [`in_memory`](Self::in_memory), or a
@@ -54,6 +62,7 @@ pub struct LockerBuilder {
     fence_ttl: Option<Duration>,
     connect_timeout: Option<Duration>,
     local_handovers: Option<u32>,
+    safety_poll: Option<Duration>,
 }
 
 impl fmt::Debug for LockerBuilder {
@@ -70,6 +79,7 @@ impl fmt::Debug for LockerBuilder {
             .field("fence_ttl", &self.fence_ttl)
             .field("connect_timeout", &self.connect_timeout)
             .field("local_handovers", &self.local_handovers)
+            .field("safety_poll", &self.safety_poll)
             .finish()
     }
 }
@@ -161,6 +171,15 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a waiter that Redis wakes over pub/sub waits for a wake-up before it tries
+    /// again anyway, as a safety net for a wake-up that was lost (default 1 s, jittered
+    /// down by up to a quarter; from 10 ms to 4 s). A waiter is never later than its
+    /// holder's lease, and a waiter without wake-ups backs off from 5 ms up to this.
+    pub fn safety_poll(mut self, d: Duration) -> Self {
+        self.safety_poll = Some(d);
+        self
+    }
+
     /// Checks the settings and, for Redis, connects.
     pub async fn build(self) -> Result<Locker, LockError> {
         let defaults = Defaults {
@@ -183,6 +202,12 @@ impl LockerBuilder {
         if fence_ttl < Duration::from_secs(1) {
             return Err(LockError::Config(format!(
                 "fence ttl must be at least 1s, got {fence_ttl:?}"
+            )));
+        }
+        let safety_poll = self.safety_poll.unwrap_or(DEFAULT_SAFETY_POLL);
+        if !(MIN_SAFETY_POLL..=MAX_SAFETY_POLL).contains(&safety_poll) {
+            return Err(LockError::Config(format!(
+                "safety poll must be from {MIN_SAFETY_POLL:?} to {MAX_SAFETY_POLL:?}, got {safety_poll:?}"
             )));
         }
         let redis = self.url.is_some() || self.pool.is_some();
@@ -213,6 +238,7 @@ impl LockerBuilder {
                     fence_ttl,
                     self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
                     self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS),
+                    safety_poll,
                 )?)
                 .await?,
             ),
@@ -229,6 +255,7 @@ fn redis_config(
     fence_ttl: Duration,
     connect_timeout: Duration,
     local_handovers: u32,
+    safety_poll: Duration,
 ) -> Result<RedisConfig, LockError> {
     let namespace = namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
     if namespace.contains(['{', '}']) || namespace.chars().any(char::is_control) {
@@ -255,5 +282,6 @@ fn redis_config(
         fence_ttl,
         connect_timeout,
         local_handovers,
+        safety_poll,
     })
 }

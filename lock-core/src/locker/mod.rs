@@ -17,7 +17,8 @@ mod builder;
 pub(crate) mod inner;
 
 pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, LockerBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_SAFETY_POLL,
+    LockerBuilder,
 };
 use inner::Inner;
 

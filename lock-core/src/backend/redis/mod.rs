@@ -67,6 +67,8 @@ pub(crate) struct RedisConfig {
     pub(crate) connect_timeout: Duration,
     /// How many releases of an exclusive lock in a row may hand it to a local waiter.
     pub(crate) local_handovers: u32,
+    /// How long a waiter with wake-ups waits before trying again anyway.
+    pub(crate) safety_poll: Duration,
 }
 
 /// Locks in one Redis. Cheap to clone (an `Arc` inside), so background work can own one.
@@ -85,6 +87,7 @@ pub(crate) struct Inner {
     /// The channels on which this `Locker` is woken and handed fair locks.
     channels: Channels,
     local_handovers: u32,
+    safety_poll: Duration,
     /// Work that outlives the call that started it (releasing for an acquire cut short).
     background: TaskTracker,
 }
@@ -109,6 +112,7 @@ impl RedisStore {
             fence_ttl,
             connect_timeout,
             local_handovers,
+            safety_poll,
         } = config;
         let source = match (pool, &client) {
             (Some(pool), _) => Source::Pool(pool),
@@ -142,6 +146,7 @@ impl RedisStore {
                 lines,
                 channels,
                 local_handovers,
+                safety_poll,
                 background: TaskTracker::new(),
             }
         });
@@ -428,14 +433,14 @@ impl ClientWait for RedisStore {
         line: &Line<Listening>,
         failed: u32,
     ) -> Duration {
-        const SAFETY_POLL: Duration = Duration::from_secs(1);
         const GRACE: Duration = Duration::from_millis(1);
         let cap = if line.listening.is_ready() {
-            SAFETY_POLL.mul_f64(0.75 + fastrand::f64() * 0.25)
+            self.safety_poll.mul_f64(0.75 + fastrand::f64() * 0.25)
         } else {
             // No wake-ups: back off from 5 ms to the safety poll, jittered.
-            let step = Duration::from_millis(5) * 2u32.pow(failed.min(8));
-            step.min(SAFETY_POLL).mul_f64(0.5 + fastrand::f64() * 0.5)
+            let step = Duration::from_millis(5) * 2u32.pow(failed.min(10));
+            step.min(self.safety_poll)
+                .mul_f64(0.5 + fastrand::f64() * 0.5)
         };
         holder_ttl.map_or(cap, |ttl| (ttl + GRACE).min(cap))
     }
