@@ -68,6 +68,20 @@ pub enum LockError {
         /// Why it was refused.
         reason: String,
     },
+    /// The calling task already holds the lock as a kind that the kind asked for would
+    /// have to wait for: a read hold asking to write (an upgrade, which deadlocks two
+    /// readers), or any hold asking for a semaphore permit of the same key. Refused at
+    /// once; nothing was sent to the store. Release the hold first, or take the write
+    /// side from the start (a write hold re-enters as a read).
+    #[error("lock {key:?} is held by this task as {held} and cannot be taken again as {asked}")]
+    Upgrade {
+        /// The lock's key.
+        key: String,
+        /// The kind the task holds it as.
+        held: LockKind,
+        /// The kind asked for.
+        asked: LockKind,
+    },
     /// Too few of the independent masters agreed.
     #[error("lock {key:?}: quorum not reached ({acquired} of {needed} masters)")]
     Quorum {
@@ -128,6 +142,12 @@ impl LockError {
         matches!(self, Self::Unsupported { .. })
     }
 
+    /// A task holding a lock asked for it again as a kind its hold cannot become, such
+    /// as a reader asking to write.
+    pub fn is_upgrade(&self) -> bool {
+        matches!(self, Self::Upgrade { .. })
+    }
+
     /// The store was unreachable or failed.
     pub fn is_backend(&self) -> bool {
         matches!(self, Self::Backend { .. })
@@ -160,6 +180,7 @@ impl LockError {
             | Self::Lost { key }
             | Self::InvalidKey { key, .. }
             | Self::Unsupported { key, .. }
+            | Self::Upgrade { key, .. }
             | Self::Quorum { key, .. } => Some(key),
             Self::Backend { .. } | Self::Config(..) => None,
         }
@@ -203,6 +224,11 @@ mod tests {
                 key: "k".into(),
                 store: "memory".into(),
                 kind: LockKind::Read,
+            },
+            LockError::Upgrade {
+                key: "k".into(),
+                held: LockKind::Read,
+                asked: LockKind::Write,
             },
             LockError::backend("connect to 127.0.0.1:1", "connection refused"),
             LockError::Config("lease must be at least 1ms".into()),

@@ -13,6 +13,10 @@ use std::fmt;
 /// let _pool = LockKind::Semaphore { permits: 3 };
 /// ```
 ///
+/// Kinds exclude each other on one key: an exclusive, fair or write hold excludes every
+/// other hold of its key; read holds share it with read holds only, permits with permits
+/// only. So a name used as two kinds of lock is safe, but best used as one.
+///
 /// Not every store has every kind: asking a store for a kind it lacks fails with
 /// [`LockError::Unsupported`](crate::LockError::Unsupported), naming the store and the
 /// kind, before anything is sent.
@@ -26,11 +30,20 @@ pub enum LockKind {
     /// release hands the lock straight to the next in line. Fair and exclusive holds of
     /// one key exclude each other.
     Fair,
-    /// Shared with other readers, excluding writers.
+    /// The read side of a read-write lock: shared with other readers, excluding writers.
+    /// Each reader has its own token, lease and fencing token. Writer-preferring: a
+    /// reader that asks after a writer began to wait goes in after that writer.
+    /// [`Locker::read`](crate::Locker::read) takes one.
     Read,
-    /// One writer, excluding readers and other writers.
+    /// The write side of a read-write lock: one writer, excluding readers and other
+    /// writers. Readers that waited for it go in together once it is released.
+    /// [`Locker::write`](crate::Locker::write) takes one.
     Write,
-    /// Up to `permits` holders at once.
+    /// A permit of a semaphore: up to `permits` holders at once, each with its own token,
+    /// lease and fencing token. The count is stored with the semaphore on first use;
+    /// asking with another is [`LockError::Config`](crate::LockError::Config). A
+    /// [`Semaphore`](crate::Semaphore) handle, from
+    /// [`Locker::semaphore`](crate::Locker::semaphore), takes them.
     Semaphore {
         /// How many holders the lock admits at once.
         permits: u32,
@@ -40,15 +53,41 @@ pub enum LockKind {
 impl LockKind {
     /// Whether a task holding a lock of this kind takes one of kind `asked` on the same
     /// key again without asking the store: a re-entrant hold, sharing the first one's
-    /// token. Exclusive and fair holds are one lock, so each re-enters the other; a read
-    /// hold never re-enters into a write hold; semaphore permits are not re-entrant.
+    /// token. A hold that excludes everyone (exclusive, fair, write) re-enters as any of
+    /// those and as a read (a downgrade: the write hold covers it); a read hold re-enters
+    /// only as a read, never as a write (an upgrade); semaphore permits are not
+    /// re-entrant.
     pub(crate) fn reenters(self, asked: LockKind) -> bool {
-        matches!(
-            (self, asked),
-            (Self::Exclusive | Self::Fair, Self::Exclusive | Self::Fair)
-                | (Self::Read, Self::Read)
-                | (Self::Write, Self::Write)
-        )
+        match self {
+            Self::Exclusive | Self::Fair | Self::Write => matches!(
+                asked,
+                Self::Exclusive | Self::Fair | Self::Write | Self::Read
+            ),
+            Self::Read => asked == Self::Read,
+            Self::Semaphore { .. } => false,
+        }
+    }
+}
+
+/// Which holds of one key can be held together: only holds of the same sharing, and of
+/// those only reads, or permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    /// Exclusive, fair and write holds: one at a time, excluding every other.
+    Owner,
+    /// Read holds, shared with each other.
+    Read,
+    /// Semaphore permits, shared with each other up to the count.
+    Permit,
+}
+
+impl LockKind {
+    pub(crate) fn sharing(self) -> Sharing {
+        match self {
+            Self::Read => Sharing::Read,
+            Self::Semaphore { .. } => Sharing::Permit,
+            Self::Exclusive | Self::Fair | Self::Write => Sharing::Owner,
+        }
     }
 }
 
@@ -73,9 +112,12 @@ mod tests {
         use LockKind::*;
         assert!(Exclusive.reenters(Fair) && Fair.reenters(Exclusive));
         assert!(Read.reenters(Read) && Write.reenters(Write));
-        assert!(!Read.reenters(Write));
-        assert!(!Exclusive.reenters(Read) && !Read.reenters(Exclusive));
+        assert!(!Read.reenters(Write), "an upgrade");
+        assert!(!Read.reenters(Exclusive) && !Read.reenters(Fair));
+        assert!(Write.reenters(Read), "a downgrade");
+        assert!(Exclusive.reenters(Read) && Exclusive.reenters(Write));
         let permits = Semaphore { permits: 2 };
         assert!(!permits.reenters(permits), "a permit is not re-entrant");
+        assert!(!Exclusive.reenters(permits) && !permits.reenters(Exclusive));
     }
 }

@@ -51,10 +51,50 @@
 //!   across every process: they queue in the store (`lock:{K}:queue` on Redis), and a
 //!   release hands the lock straight to the next in line and tells that waiter's
 //!   `Locker` alone, so exactly one waiter wakes and it need not ask again.
+//! - A **read-write lock** ([`Locker::read`], [`Locker::write`]) admits many readers or
+//!   one writer. It prefers writers: once a writer waits, readers that ask after it wait
+//!   behind it, and those that waited for a writer all go in together when it releases.
+//!   On Redis the readers, each with its own lease, are the sorted set
+//!   `lock:{K}:readers`, and the lock key holds `read` while they hold it.
+//! - A **semaphore** ([`Locker::semaphore`]) admits up to its count of holders, each
+//!   with its own token, lease and fencing token; a crashed holder's permit comes back
+//!   when its lease runs out, reckoned on the store's clock (Redis `TIME`).
 //! - Holds are **re-entrant per task**: a task that holds a lock and asks again gets it
-//!   at once; another task waits, even on the same thread.
+//!   at once; another task waits, even on the same thread. A writer that asks to read
+//!   gets its own write hold again; a reader that asks to write gets
+//!   [`LockError::Upgrade`] at once (two readers upgrading would wait for each other for
+//!   ever); permits are not re-entrant.
 //! - Dropping a guard, an acquiring future or a `with_lock` future never leaves a lock
 //!   behind: the lock is released in the background at once.
+//!
+//! # Readers and writers, and semaphores
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use lock_core::Locker;
+//!
+//! let locker = Locker::in_memory();
+//!
+//! // Readers share a read-write lock; a writer has it alone.
+//! let reader = locker.read("price-list").await?;
+//! let other_reader = tokio::spawn({
+//!     let locker = locker.clone();
+//!     async move { locker.read("price-list").await.map(|g| g.fencing_token()) }
+//! });
+//! assert!(other_reader.await.unwrap()? > reader.fencing_token());
+//! reader.release().await?;
+//! let writer = locker.write("price-list").await?;
+//! writer.release().await?;
+//!
+//! // At most two exports at once, across every replica.
+//! let exports = locker.semaphore("exports", 2);
+//! let permit = exports.acquire().await?;
+//! assert_eq!(exports.available().await?, 1);
+//! permit.release().await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Words
 //!
@@ -69,6 +109,8 @@
 //! | **token** | The random id of one acquisition (its owner token): only it releases, extends or renews the hold. |
 //! | **fence**, fencing token | A number drawn with each acquisition, strictly greater than every earlier one for its key. |
 //! | **hold** | One acquisition, while it lasts; the re-entrant guards of one task share it. |
+//! | **reader**, **writer** | A holder of the read or the write side of a read-write lock. |
+//! | **permit** | A hold of a semaphore; its **count** is how many it admits at once. |
 //! | **guard** | A [`LockGuard`]: proof of a hold, which releases it when dropped. |
 //! | **lease** | How long a hold lasts in a lease store (Redis) unless renewed. |
 //! | **session** | What a hold lasts as long as in a session store (ZooKeeper, SQL), which has no lease. |
@@ -85,7 +127,8 @@
 //!
 //! # Where things are
 //!
-//! - [`Locker`] (`locker/`): checks keys, options and kinds, keeps reentrancy
+//! - [`Locker`] (`locker/`), with [`Semaphore`] (`semaphore.rs`), a handle on one
+//!   semaphore: checks keys, options and kinds, keeps reentrancy
 //!   (`reentrancy.rs`) and the leases ([`LockGuard`] in `guard.rs`, the local record in
 //!   `lease.rs`, renewed by `watchdog.rs`), and asks its store for the rest.
 //! - The store contract, [`backend::Store`] (`backend/store.rs`, documented in
@@ -186,6 +229,7 @@ mod locker;
 mod multi;
 mod options;
 mod reentrancy;
+mod semaphore;
 mod wait;
 mod watchdog;
 
@@ -202,6 +246,7 @@ pub use locker::{
 };
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
+pub use semaphore::Semaphore;
 
 /// The Redis client crates this crate is built on, re-exported so your versions match.
 pub use bb8;

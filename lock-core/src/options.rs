@@ -120,6 +120,9 @@ impl LockOptions {
                 "lease must be at least {MIN_LEASE:?}, got {lease:?}"
             )));
         }
+        if let LockKind::Semaphore { permits } = self.kind {
+            check_permits(permits)?;
+        }
         Ok(Resolved {
             wait: self.wait.unwrap_or(defaults.wait),
             lease,
@@ -127,6 +130,16 @@ impl LockOptions {
             kind: self.kind,
         })
     }
+}
+
+/// Refuses a semaphore count of zero, which could never admit anyone.
+pub(crate) fn check_permits(permits: u32) -> Result<(), LockError> {
+    if permits == 0 {
+        return Err(LockError::Config(
+            "a semaphore needs at least one permit, got 0".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A Locker's defaults.
@@ -184,6 +197,16 @@ mod tests {
             LockKind::Read,
             "not fair: left alone"
         );
+    }
+
+    #[test]
+    fn a_semaphore_without_permits_is_refused() {
+        let err = LockOptions::new()
+            .kind(LockKind::Semaphore { permits: 0 })
+            .resolve(&DEFAULTS)
+            .unwrap_err();
+        assert!(err.is_config(), "{err}");
+        assert!(err.to_string().contains("at least one permit"), "{err}");
     }
 
     #[test]

@@ -24,6 +24,19 @@ pub(crate) enum HoldEnd {
     Nested,
 }
 
+/// What a task that asks for a lock finds among its own holds.
+#[derive(Debug)]
+pub(crate) enum Reentry {
+    /// It holds the lock as a kind that admits the one asked for: here is that hold, with
+    /// one more guard counted.
+    Reentered(Arc<Lease>),
+    /// It holds the lock as a kind that the one asked for would wait for: a read hold
+    /// asking to write, say. Waiting would wait for itself.
+    Refused { held: LockKind },
+    /// It does not hold the lock: ask the store.
+    NotHeld,
+}
+
 /// The holds of a `Locker` that can be re-entered, each found by its key and holder.
 /// A table of the leases themselves: a map from (key, holder) to lease would take 40 B a
 /// hold, where this takes 8 (the memory row of the benchmark shows it).
@@ -43,22 +56,22 @@ impl Holds {
         self.hasher.hash_one((key, context))
     }
 
-    /// The live hold of `key` by `context` that admits a hold of `kind`, with one more
-    /// guard counted.
-    pub(crate) fn reenter(
-        &self,
-        key: &LockKey,
-        kind: LockKind,
-        context: Context,
-    ) -> Option<Arc<Lease>> {
+    /// The live hold of `key` by `context`, if any, and whether it admits a hold of
+    /// `kind`.
+    pub(crate) fn reenter(&self, key: &LockKey, kind: LockKind, context: Context) -> Reentry {
         let holds = self.holds();
         let hash = self.hash(key, context);
-        let lease = holds.find(hash, |l| l.key == *key && l.context == context)?;
-        if !lease.is_active() || !lease.kind.reenters(kind) {
-            return None;
+        let Some(lease) = holds.find(hash, |l| l.key == *key && l.context == context) else {
+            return Reentry::NotHeld;
+        };
+        if !lease.is_active() {
+            return Reentry::NotHeld;
+        }
+        if !lease.kind.reenters(kind) {
+            return Reentry::Refused { held: lease.kind };
         }
         lease.holds.fetch_add(1, Ordering::Relaxed);
-        Some(lease.clone())
+        Reentry::Reentered(lease.clone())
     }
 
     /// Registers a new hold, if its kind can be re-entered at all.

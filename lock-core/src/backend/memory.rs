@@ -8,11 +8,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::kind::Sharing;
 use crate::options::DEFAULT_FENCE_TTL;
+use crate::semaphore::miscounted;
 use crate::wait::handover::{FairHandOver, Handover};
 use crate::wait::line::{Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
-use crate::{LockError, LockKind};
+use crate::{LockError, LockKey, LockKind};
 
 /// Locks kept in this process's memory, with the same semantics as Redis (leases, fencing
 /// tokens, wake-ups, fair lines, errors) on tokio's clock, so `tokio::time::pause()`
@@ -44,15 +46,23 @@ pub struct MemoryStore {
     epoch: Instant,
 }
 
-/// One lock's state: its holder, if any, its fence counter, and its fair waiters.
+/// One lock's state: its holders, its fence counter, and who waits for it in the store.
 #[derive(Debug)]
 struct Entry {
-    holder: Option<Holder>,
+    /// One owner (exclusive, fair or write), or readers, or permit holders. A holder whose
+    /// lease ran out is dropped as soon as it is looked at.
+    holders: Vec<Holder>,
     fence: u64,
     fence_expires_at: Instant,
     /// Fair waiters, first come first. A place here lasts until its waiter leaves (its
     /// drop sees to that), so unlike on Redis it needs no expiry.
     line: VecDeque<Place>,
+    /// Writers waiting for the read-write lock, with when each began to ask: a reader
+    /// that asked later waits for them. Each stays until it takes the lock or leaves.
+    writers: Vec<(Box<str>, Instant)>,
+    /// A semaphore's count, stored on first use; forgotten with the fence counter once
+    /// nobody holds a permit.
+    permits: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -64,29 +74,83 @@ struct Place {
 #[derive(Debug)]
 struct Holder {
     token: String,
+    kind: LockKind,
     expires_at: Instant,
 }
 
 /// A hand-over to deliver once the state's lock is dropped.
 type HandedOver = (Box<str>, FairHandOver);
 
+/// Whom a change of a lock's state wakes, once the state's lock is dropped.
+#[derive(Debug)]
+enum Wake {
+    Nobody,
+    /// One waiter: one holder went, and one more can come in.
+    One,
+    /// Every waiter: the lock may admit several (readers after a write), or a change
+    /// concerns them all.
+    All,
+    /// The first fair waiter, handed the lock.
+    HandedOver(HandedOver),
+}
+
 /// How a lock is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Release {
     /// By its holder, which took it as this kind: an exclusive lock goes free, a fair one
-    /// to the next in line.
+    /// to the next in line, a write or a last read wakes every waiter, a permit one.
     Holder(LockKind),
     /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
     Leave,
 }
 
 impl Entry {
-    fn live_holder(&self, now: Instant) -> Option<&Holder> {
-        self.holder.as_ref().filter(|h| h.expires_at > now)
+    fn new(now: Instant) -> Self {
+        Self {
+            holders: Vec::new(),
+            fence: 0,
+            fence_expires_at: now,
+            line: VecDeque::new(),
+            writers: Vec::new(),
+            permits: None,
+        }
     }
 
-    /// Makes `token` the holder and draws its fencing token.
-    fn take(&mut self, token: &str, lease: Duration, now: Instant, fence_ttl: Duration) -> u64 {
+    /// Drops the holders whose lease ran out, and a stored count whose semaphore has been
+    /// idle as long as its fence counter.
+    fn prune(&mut self, now: Instant) {
+        self.holders.retain(|h| h.expires_at > now);
+        if self.holders.is_empty() && self.fence_expires_at <= now {
+            self.permits = None;
+        }
+    }
+
+    /// The live holder `token`.
+    fn holder(&self, token: &str, now: Instant) -> Option<&Holder> {
+        self.holders
+            .iter()
+            .find(|h| h.token == token && h.expires_at > now)
+    }
+
+    /// The longest lease left among the holders (all in the way of whoever asks).
+    fn longest_lease(&self, now: Instant) -> Option<Duration> {
+        self.holders.iter().map(|h| h.expires_at - now).max()
+    }
+
+    /// Whether a holder of another sharing than `sharing` holds the lock.
+    fn held_otherwise(&self, sharing: Sharing) -> bool {
+        self.holders.iter().any(|h| h.kind.sharing() != sharing)
+    }
+
+    /// Makes `token` a holder, as `kind`, and draws its fencing token.
+    fn take(
+        &mut self,
+        token: &str,
+        kind: LockKind,
+        lease: Duration,
+        now: Instant,
+        fence_ttl: Duration,
+    ) -> u64 {
         let fresh = self.fence_expires_at <= now;
         if fresh {
             // A counter that expired starts again from the wall clock in microseconds,
@@ -99,8 +163,9 @@ impl Entry {
             self.fence_expires_at = now + fence_ttl;
         }
         self.fence_expires_at = self.fence_expires_at.max(now + lease);
-        self.holder = Some(Holder {
+        self.holders.push(Holder {
             token: token.to_owned(),
+            kind,
             expires_at: now + lease,
         });
         self.fence
@@ -114,7 +179,7 @@ impl Entry {
         clock_us: u64,
     ) -> Option<HandedOver> {
         let place = self.line.pop_front()?;
-        let fence = self.take(&place.token, place.lease, now, fence_ttl);
+        let fence = self.take(&place.token, LockKind::Fair, place.lease, now, fence_ttl);
         let handover = FairHandOver {
             fence,
             at_us: clock_us,
@@ -129,6 +194,25 @@ impl Entry {
                 lease,
             });
         }
+    }
+
+    /// Counts writer `token`, which began to ask at `since`, among those waiting.
+    fn wait_to_write(&mut self, token: &str, since: Instant) {
+        if !self.writers.iter().any(|(t, _)| &**t == token) {
+            self.writers.push((token.into(), since));
+        }
+    }
+
+    /// Whether a writer that began to ask no later than `since` waits.
+    fn writer_waiting_since(&self, since: Instant) -> bool {
+        self.writers.iter().any(|&(_, at)| at <= since)
+    }
+
+    /// Takes writer `token` out of those waiting; says whether it was there.
+    fn stop_waiting_to_write(&mut self, token: &str) -> bool {
+        let before = self.writers.len();
+        self.writers.retain(|(t, _)| &**t != token);
+        self.writers.len() != before
     }
 }
 
@@ -148,7 +232,10 @@ impl State {
         }
         self.ops_since_sweep = 0;
         self.entries.retain(|_, e| {
-            e.live_holder(now).is_some() || e.fence_expires_at > now || !e.line.is_empty()
+            e.holders.iter().any(|h| h.expires_at > now)
+                || e.fence_expires_at > now
+                || !e.line.is_empty()
+                || !e.writers.is_empty()
         });
     }
 }
@@ -179,13 +266,15 @@ impl MemoryStore {
         u64::try_from((now - self.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Wakes whoever a release concerns: the waiter it was handed to, or one waiter.
-    fn announce(&self, key: &str, handed: Option<HandedOver>) {
-        match handed {
-            Some((token, handover)) => self.lines.deliver(key, &token, handover),
-            None => {
+    /// Wakes whom a change of `key`'s state concerns.
+    fn announce(&self, key: &str, wake: Wake) {
+        match wake {
+            Wake::Nobody => {}
+            Wake::One => {
                 self.lines.wake_one(key);
             }
+            Wake::All => self.lines.wake_all(key),
+            Wake::HandedOver((token, handover)) => self.lines.deliver(key, &token, handover),
         }
     }
 
@@ -195,8 +284,8 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One attempt at `request`; a fair caller that waits (`waits_for` not zero) queues if
-    /// the lock is held.
+    /// One attempt at `request`; a caller that waits (`waits_for` not zero) queues if the
+    /// lock is held (a fair one in line, a writer among the waiting writers).
     fn try_acquire(&self, request: &Acquire, waits_for: Duration) -> Result<Attempt, LockError> {
         let waits = !waits_for.is_zero();
         let (key, token, lease) = (request.key.shared(), &*request.token, request.lease);
@@ -206,86 +295,149 @@ impl MemoryStore {
             us: self.clock_us(now),
         };
         let fence_ttl = self.fence_ttl;
-        let mut handed = None;
+        let mut wake = Wake::Nobody;
         let attempt = {
             let mut state = self.state();
             state.sweep(now);
-            let entry = state.entries.entry(key.clone()).or_insert_with(|| Entry {
-                holder: None,
-                fence: 0,
-                fence_expires_at: now,
-                line: VecDeque::new(),
-            });
-            let holder = entry
-                .live_holder(now)
-                .map(|h| (h.token == token, h.expires_at));
-            match (request.kind, holder) {
-                // Handed over to this fair waiter before it saw the hand-over.
-                (LockKind::Fair, Some((true, expires_at))) => Attempt::Acquired {
-                    fence: entry.fence,
-                    until: expires_at,
-                },
-                (LockKind::Exclusive | LockKind::Fair, Some((_, expires_at))) => {
-                    let fair = request.kind == LockKind::Fair;
-                    if fair && waits {
-                        entry.queue(token, lease);
-                    }
-                    Attempt::Held {
-                        ttl: Some(expires_at - now),
-                        clock: fair.then_some(clock),
+            let entry = state
+                .entries
+                .entry(key.clone())
+                .or_insert_with(|| Entry::new(now));
+            entry.prune(now);
+            let held = |entry: &Entry| Attempt::Held {
+                ttl: entry.longest_lease(now),
+                clock: None,
+            };
+            match request.kind {
+                LockKind::Exclusive => {
+                    if entry.holders.is_empty() {
+                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
+                        Attempt::Acquired {
+                            fence,
+                            until: now + lease,
+                        }
+                    } else {
+                        held(entry)
                     }
                 }
-                (LockKind::Exclusive, None) => Attempt::Acquired {
-                    fence: entry.take(token, lease, now, fence_ttl),
-                    until: now + lease,
-                },
-                (LockKind::Fair, None) => match entry.line.front() {
-                    Some(first) if &*first.token != token => {
-                        // Free, with someone ahead of the caller: it is theirs.
-                        let first_lease = first.lease;
-                        handed = entry.hand_over(now, fence_ttl, clock.us);
-                        if waits {
-                            entry.queue(token, lease);
-                        }
-                        Attempt::Held {
-                            ttl: Some(first_lease),
-                            clock: Some(clock),
-                        }
+                LockKind::Fair => {
+                    let (attempt, handed) = Self::try_fair(entry, request, waits, clock, fence_ttl);
+                    if let Some(handed) = handed {
+                        wake = Wake::HandedOver(handed);
                     }
-                    first => {
-                        if first.is_some() {
-                            entry.line.pop_front();
-                        }
+                    attempt
+                }
+                LockKind::Read => {
+                    if entry.held_otherwise(Sharing::Read)
+                        || entry.writer_waiting_since(request.since)
+                    {
+                        held(entry)
+                    } else {
+                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
                         Attempt::Acquired {
-                            fence: entry.take(token, lease, now, fence_ttl),
+                            fence,
                             until: now + lease,
                         }
                     }
-                },
-                (kind, _) => return Err(self.unsupported(request, kind)),
+                }
+                LockKind::Write => {
+                    if entry.holders.is_empty() {
+                        entry.stop_waiting_to_write(token);
+                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
+                        Attempt::Acquired {
+                            fence,
+                            until: now + lease,
+                        }
+                    } else {
+                        if waits {
+                            entry.wait_to_write(token, request.since);
+                        }
+                        held(entry)
+                    }
+                }
+                LockKind::Semaphore { permits } => {
+                    let count = *entry.permits.get_or_insert(permits);
+                    if count != permits {
+                        return Err(miscounted(&request.key, count, permits));
+                    }
+                    let taken = u32::try_from(entry.holders.len()).unwrap_or(u32::MAX);
+                    if entry.held_otherwise(Sharing::Permit) || taken >= count {
+                        held(entry)
+                    } else {
+                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
+                        Attempt::Acquired {
+                            fence,
+                            until: now + lease,
+                        }
+                    }
+                }
             }
         };
-        if handed.is_some() {
-            self.announce(key, handed);
-        }
+        self.announce(key, wake);
         Ok(attempt)
     }
 
-    fn unsupported(&self, request: &Acquire, kind: LockKind) -> LockError {
-        LockError::Unsupported {
-            key: request.key.to_string(),
-            store: self.name().to_owned(),
-            kind,
+    /// One attempt at a fair lock on `entry`: the attempt, and a hand-over to the first
+    /// in line that a free lock makes.
+    fn try_fair(
+        entry: &mut Entry,
+        request: &Acquire,
+        waits: bool,
+        clock: StoreClock,
+        fence_ttl: Duration,
+    ) -> (Attempt, Option<HandedOver>) {
+        let (token, lease, now) = (&*request.token, request.lease, clock.sent_at);
+        if let Some(own) = entry.holder(token, now) {
+            // Handed over to this waiter before it saw the hand-over.
+            let attempt = Attempt::Acquired {
+                fence: entry.fence,
+                until: own.expires_at,
+            };
+            return (attempt, None);
+        }
+        if let Some(ttl) = entry.longest_lease(now) {
+            if waits {
+                entry.queue(token, lease);
+            }
+            let attempt = Attempt::Held {
+                ttl: Some(ttl),
+                clock: Some(clock),
+            };
+            return (attempt, None);
+        }
+        match entry.line.front() {
+            Some(first) if &*first.token != token => {
+                // Free, with someone ahead of the caller: it is theirs.
+                let first_lease = first.lease;
+                let handed = entry.hand_over(now, fence_ttl, clock.us);
+                if waits {
+                    entry.queue(token, lease);
+                }
+                let attempt = Attempt::Held {
+                    ttl: Some(first_lease),
+                    clock: Some(clock),
+                };
+                (attempt, handed)
+            }
+            first => {
+                if first.is_some() {
+                    entry.line.pop_front();
+                }
+                let attempt = Attempt::Acquired {
+                    fence: entry.take(token, LockKind::Fair, lease, now, fence_ttl),
+                    until: now + lease,
+                };
+                (attempt, None)
+            }
         }
     }
 
     /// Releases `key` as `how` says, if `token` holds it (or leaves its line); says
-    /// whether `token` held it. A released lock goes to the first in line (fair) or is
-    /// freed, waking one waiter.
+    /// whether `token` held it, and wakes whom the release concerns.
     fn release(&self, key: &str, token: &str, how: Release) -> bool {
         let now = Instant::now();
         let clock_us = self.clock_us(now);
-        let handed = {
+        let wake = {
             let mut state = self.state();
             let Some(e) = state.entries.get_mut(key) else {
                 return false;
@@ -293,20 +445,42 @@ impl MemoryStore {
             if how == Release::Leave {
                 e.line.retain(|p| &*p.token != token);
             }
-            if e.live_holder(now).is_none_or(|h| h.token != token) {
+            e.prune(now);
+            let Some(at) = e.holders.iter().position(|h| h.token == token) else {
                 return false;
-            }
-            let handed = match how {
-                Release::Holder(LockKind::Exclusive) => None,
-                Release::Holder(_) | Release::Leave => e.hand_over(now, self.fence_ttl, clock_us),
             };
-            if handed.is_none() {
-                e.holder = None;
+            let released = e.holders.swap_remove(at);
+            match (how, released.kind) {
+                (Release::Holder(LockKind::Exclusive), _) => Wake::One,
+                (Release::Holder(LockKind::Fair) | Release::Leave, _) => {
+                    match e.hand_over(now, self.fence_ttl, clock_us) {
+                        Some(handed) => Wake::HandedOver(handed),
+                        None => Wake::One,
+                    }
+                }
+                (_, LockKind::Read) if e.holders.is_empty() => Wake::All,
+                (_, LockKind::Read) => Wake::Nobody,
+                (_, LockKind::Semaphore { .. }) => Wake::One,
+                _ => Wake::All,
             }
-            handed
         };
-        self.announce(key, handed);
+        self.announce(key, wake);
         true
+    }
+
+    /// Takes writer `token` out of those waiting for `key`, which gave up: the readers
+    /// waiting behind it may go in.
+    fn stop_waiting_to_write(&self, key: &str, token: &str) {
+        let stopped = {
+            let mut state = self.state();
+            state
+                .entries
+                .get_mut(key)
+                .is_some_and(|e| e.stop_waiting_to_write(token))
+        };
+        if stopped {
+            self.announce(key, Wake::All);
+        }
     }
 
     fn extend(&self, key: &str, token: &str, lease: Duration) -> Option<Instant> {
@@ -314,9 +488,10 @@ impl MemoryStore {
         let mut state = self.state();
         let holder = state
             .entries
-            .get_mut(key)
-            .and_then(|e| e.holder.as_mut())
-            .filter(|h| h.expires_at > now && h.token == token)?;
+            .get_mut(key)?
+            .holders
+            .iter_mut()
+            .find(|h| h.token == token && h.expires_at > now)?;
         holder.expires_at = now + lease;
         Some(holder.expires_at)
     }
@@ -326,8 +501,39 @@ impl MemoryStore {
         self.state()
             .entries
             .get(key)
-            .and_then(|e| e.live_holder(now))
-            .is_some_and(|h| h.token == token)
+            .is_some_and(|e| e.holder(token, now).is_some())
+    }
+
+    /// Free permits of semaphore `key`, whose handle asks with `permits`.
+    fn available(&self, key: &str, permits: u32) -> u32 {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(e) = state.entries.get_mut(key) else {
+            return permits;
+        };
+        e.prune(now);
+        if e.held_otherwise(Sharing::Permit) {
+            return 0;
+        }
+        let taken = u32::try_from(e.holders.len()).unwrap_or(u32::MAX);
+        e.permits.unwrap_or(permits).saturating_sub(taken)
+    }
+
+    /// Stores `permits` as semaphore `key`'s count, kept as long as its fence counter.
+    fn set_permits(&self, key: &Arc<str>, permits: u32) {
+        let now = Instant::now();
+        {
+            let mut state = self.state();
+            let entry = state
+                .entries
+                .entry(key.clone())
+                .or_insert_with(|| Entry::new(now));
+            entry.prune(now);
+            entry.permits = Some(permits);
+            entry.fence_expires_at = entry.fence_expires_at.max(now + self.fence_ttl);
+        }
+        // A raised count may admit several waiters.
+        self.announce(key, Wake::All);
     }
 
     /// How many fair waiters are in `key`'s line.
@@ -340,7 +546,7 @@ impl MemoryStore {
     #[cfg(test)]
     pub(crate) fn evict(&self, key: &str) {
         if let Some(e) = self.state().entries.get_mut(key) {
-            e.holder = None;
+            e.holders.clear();
         }
     }
 }
@@ -351,11 +557,27 @@ impl Store for MemoryStore {
     }
 
     fn supports(&self, kind: LockKind) -> bool {
-        matches!(kind, LockKind::Exclusive | LockKind::Fair)
+        matches!(
+            kind,
+            LockKind::Exclusive
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Semaphore { .. }
+        )
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
         Box::pin(wait::acquire(self, request))
+    }
+
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(ready(Ok(self.available(key.as_str(), permits))))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        self.set_permits(key.shared(), permits);
+        Box::pin(ready(Ok(())))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
@@ -420,8 +642,14 @@ impl ClientWait for MemoryStore {
     }
 
     fn left(&self, left: Left<'_, ()>) {
-        if left.kind == LockKind::Fair && !left.held {
-            self.release(left.line.key(), left.token, Release::Leave);
+        if !left.held {
+            match left.kind {
+                LockKind::Fair => {
+                    self.release(left.line.key(), left.token, Release::Leave);
+                }
+                LockKind::Write => self.stop_waiting_to_write(left.line.key(), left.token),
+                _ => {}
+            }
         }
         self.lines.leave(left.line, WhenEmpty::Remove, |_| {});
     }
@@ -436,9 +664,22 @@ fn wall_clock_micros() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LockKey;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    /// One attempt by `token` at "k" as `kind`, by a caller that began to ask at `since`
+    /// and waits a second more.
+    fn asked_at(m: &MemoryStore, token: &str, kind: LockKind, since: Instant) -> Attempt {
+        let request = Acquire {
+            key: LockKey::new("k").unwrap(),
+            token: token.into(),
+            kind,
+            lease: SEC * 10,
+            deadline: Instant::now() + SEC,
+            since,
+        };
+        m.try_acquire(&request, SEC).unwrap()
+    }
 
     /// One attempt by `token` at `key`, for `lease`, as `kind`, by a caller that waits
     /// `waits_for` more (a fair one queues).
@@ -456,6 +697,7 @@ mod tests {
             kind,
             lease,
             deadline: Instant::now(),
+            since: Instant::now(),
         };
         m.try_acquire(&request, waits_for).unwrap()
     }
@@ -554,5 +796,119 @@ mod tests {
         // b, handed the lock, gives up on it: it goes on to c.
         assert!(m.release("k", "b", Release::Leave));
         assert!(m.holds("k", "c"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readers_that_ask_after_a_waiting_writer_go_in_after_it() {
+        use LockKind::{Read, Write};
+        let m = MemoryStore::new();
+        let ms = Duration::from_millis(1);
+        let t0 = Instant::now();
+        acquired(asked_at(&m, "r1", Read, t0));
+        acquired(asked_at(&m, "r2", Read, t0));
+        tokio::time::advance(ms).await;
+        let writer_since = Instant::now();
+        assert!(matches!(
+            asked_at(&m, "w", Write, writer_since),
+            Attempt::Held { .. }
+        ));
+        tokio::time::advance(ms).await;
+        let late = Instant::now();
+        assert!(
+            matches!(asked_at(&m, "r3", Read, late), Attempt::Held { .. }),
+            "a reader went in ahead of a waiting writer"
+        );
+        assert!(release(&m, "r1", Read));
+        assert!(matches!(
+            asked_at(&m, "w", Write, writer_since),
+            Attempt::Held { .. }
+        ));
+        assert!(release(&m, "r2", Read));
+        acquired(asked_at(&m, "w", Write, writer_since));
+        assert!(matches!(
+            asked_at(&m, "r3", Read, late),
+            Attempt::Held { .. }
+        ));
+        assert!(release(&m, "w", Write));
+        acquired(asked_at(&m, "r3", Read, late));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readers_queued_behind_a_write_go_in_together_before_a_later_writer() {
+        use LockKind::{Read, Write};
+        let m = MemoryStore::new();
+        let ms = Duration::from_millis(1);
+        acquired(asked_at(&m, "w1", Write, Instant::now()));
+        tokio::time::advance(ms).await;
+        let readers_since = Instant::now();
+        for reader in ["r1", "r2"] {
+            assert!(matches!(
+                asked_at(&m, reader, Read, readers_since),
+                Attempt::Held { .. }
+            ));
+        }
+        tokio::time::advance(ms).await;
+        let w2_since = Instant::now();
+        assert!(matches!(
+            asked_at(&m, "w2", Write, w2_since),
+            Attempt::Held { .. }
+        ));
+        assert!(release(&m, "w1", Write));
+        let f1 = acquired(asked_at(&m, "r1", Read, readers_since));
+        let f2 = acquired(asked_at(&m, "r2", Read, readers_since));
+        assert!(f2 > f1, "each read draws its own fencing token");
+        assert!(matches!(
+            asked_at(&m, "w2", Write, w2_since),
+            Attempt::Held { .. }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_semaphore_admits_its_count_and_keeps_it() {
+        let m = MemoryStore::with_fence_ttl(SEC * 60);
+        let three = LockKind::Semaphore { permits: 3 };
+        let fences: Vec<u64> = ["a", "b", "c"]
+            .iter()
+            .map(|t| acquired(asked_at(&m, t, three, Instant::now())))
+            .collect();
+        assert!(fences.windows(2).all(|w| w[0] < w[1]));
+        assert!(matches!(
+            asked_at(&m, "d", three, Instant::now()),
+            Attempt::Held { .. }
+        ));
+        assert_eq!(m.available("k", 3), 0);
+        let request = Acquire {
+            key: LockKey::new("k").unwrap(),
+            token: "e".into(),
+            kind: LockKind::Semaphore { permits: 5 },
+            lease: SEC,
+            deadline: Instant::now(),
+            since: Instant::now(),
+        };
+        let err = m.try_acquire(&request, Duration::ZERO).unwrap_err();
+        assert!(
+            err.is_config() && err.to_string().contains("has 3 permits"),
+            "{err}"
+        );
+        // Lowered: the holders keep their permits; none is granted under the new count.
+        m.set_permits(&Arc::from("k"), 2);
+        let two = LockKind::Semaphore { permits: 2 };
+        assert!(release(&m, "a", three));
+        assert_eq!(m.available("k", 2), 0);
+        assert!(matches!(
+            asked_at(&m, "d", two, Instant::now()),
+            Attempt::Held { .. }
+        ));
+        assert!(release(&m, "b", three));
+        acquired(asked_at(&m, "d", two, Instant::now()));
+        // Unused for as long as its fence counter is kept: the count is forgotten.
+        tokio::time::advance(SEC * 61).await;
+        assert_eq!(m.available("k", 7), 7);
+        acquired(asked_at(
+            &m,
+            "e",
+            LockKind::Semaphore { permits: 7 },
+            Instant::now(),
+        ));
     }
 }

@@ -112,6 +112,10 @@
 //! let guard = locker.lock("report:7").await?;
 //! assert_eq!(guard.fencing_token(), 1);
 //! guard.release().await?;
+//! // A kind the store lacks is refused, naming the store and the kind.
+//! let err = locker.read("report:7").await.unwrap_err();
+//! assert!(err.is_unsupported(), "{err}");
+//! assert_eq!(err.to_string(), r#"lock "report:7": the map store does not support read locks"#);
 //! # Ok(())
 //! # }
 //! ```

@@ -42,11 +42,49 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
     /// Whether the hold is still its owner's.
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool>;
 
+    /// How many permits of the semaphore `key` are free now. `permits` is the count the
+    /// caller's handle was made with, which is the answer for a semaphore not in use (its
+    /// stored count, if any, wins); a key held as another kind has none free. Stores
+    /// that [support](Store::supports) semaphores implement it; the default answers
+    /// [`LockError::Unsupported`].
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(std::future::ready(Err(unsupported(
+            self,
+            key,
+            LockKind::Semaphore { permits },
+        ))))
+    }
+
+    /// Stores `permits` as the count of the semaphore `key`. Holders above a lowered
+    /// count keep their permits until they release them; no permit is granted until
+    /// fewer hold one than the new count. Stores that [support](Store::supports)
+    /// semaphores implement it; the default answers [`LockError::Unsupported`].
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Err(unsupported(
+            self,
+            key,
+            LockKind::Semaphore { permits },
+        ))))
+    }
+
     /// Waits until the work this store started in the background has finished (such as
     /// giving back a lock whose acquire was cut short). Nothing, unless the store says
     /// otherwise.
     fn flush(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(std::future::ready(()))
+    }
+}
+
+/// The error of a store asked for a lock `kind` it does not have.
+pub(crate) fn unsupported<S: Store + ?Sized>(
+    store: &S,
+    key: &LockKey,
+    kind: LockKind,
+) -> LockError {
+    LockError::Unsupported {
+        key: key.to_string(),
+        store: store.name().to_owned(),
+        kind,
     }
 }
 
@@ -65,6 +103,9 @@ pub struct Acquire {
     pub lease: Duration,
     /// Until when to wait for a held lock. An attempt made at or after it is the only one.
     pub deadline: Instant,
+    /// When the caller began to ask. A store that prefers writers reckons from it which
+    /// of a waiting reader and a waiting writer asked first.
+    pub since: Instant,
 }
 
 /// How an acquire ended.

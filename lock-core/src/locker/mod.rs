@@ -8,10 +8,12 @@ use std::time::Duration;
 use futures_util::future::Either;
 use tokio::time::Instant;
 
+use crate::backend::store::unsupported;
 use crate::backend::{Acquire, Acquired, Expiry, MemoryStore, Outcome, Store};
 use crate::lease::{Context, Lease};
 use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults};
-use crate::{LockError, LockGuard, LockKey, LockOptions, key};
+use crate::reentrancy::Reentry;
+use crate::{LockError, LockGuard, LockKey, LockKind, LockOptions, Semaphore, key};
 
 mod builder;
 pub(crate) mod inner;
@@ -149,29 +151,40 @@ impl Locker {
             token,
             kind: opts.kind,
             lease: opts.lease,
-            // Set when the wait starts: at the first poll.
+            // Both set when the wait starts: at the first poll.
             deadline: Instant::now(),
+            since: Instant::now(),
         };
         // A block: an async fn would keep a second copy of the request (280 B, not 160).
         Either::Left(async move {
-            let store = &self.inner.store;
+            let store = &*self.inner.store;
             if !store.supports(request.kind) {
-                return Err(LockError::Unsupported {
-                    key: request.key.to_string(),
-                    store: store.name().to_owned(),
-                    kind: request.kind,
-                });
+                return Err(unsupported(store, &request.key, request.kind));
             }
-            let holds = &self.inner.holds;
-            if let Some(lease) = holds.reenter(&request.key, request.kind, Context::current()) {
-                tracing::trace!(key = %request.key, "lock re-entered by the task that holds it");
-                return Ok(LockGuard::new(self.inner.clone(), lease));
+            match self
+                .inner
+                .holds
+                .reenter(&request.key, request.kind, Context::current())
+            {
+                Reentry::Reentered(lease) => {
+                    tracing::trace!(key = %request.key, "lock re-entered by the task that holds it");
+                    return Ok(LockGuard::new(self.inner.clone(), lease));
+                }
+                Reentry::Refused { held } => {
+                    return Err(LockError::Upgrade {
+                        key: request.key.to_string(),
+                        held,
+                        asked: request.kind,
+                    });
+                }
+                Reentry::NotHeld => {}
             }
-            request.deadline = Instant::now() + opts.wait;
+            request.since = Instant::now();
+            request.deadline = request.since + opts.wait;
             match store.acquire(&request).await? {
                 Outcome::Acquired(acquired) => Ok(self.hold(request, opts.watchdog, acquired)),
                 Outcome::Held { holder_ttl } => {
-                    let waited = (request.deadline - opts.wait).elapsed();
+                    let waited = request.since.elapsed();
                     tracing::debug!(key = %request.key, ?waited, "lock wait timed out");
                     Err(LockError::Timeout {
                         key: request.key.to_string(),
@@ -219,14 +232,74 @@ impl Locker {
 
     /// Makes one attempt at the lock `key`: `Ok(None)` when someone else holds it.
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>, LockError> {
-        match self
-            .lock_with(key, LockOptions::new().wait(Duration::ZERO))
-            .await
-        {
+        self.try_lock_with(key, LockOptions::new()).await
+    }
+
+    /// Makes one attempt at the lock `key` with the lease, watchdog and kind of `opts`
+    /// (its wait is ignored): `Ok(None)` when someone else holds it. A task that holds
+    /// the lock as a kind that cannot become the one asked for gets
+    /// [`LockError::Upgrade`], never `Ok(None)`.
+    pub async fn try_lock_with(
+        &self,
+        key: &str,
+        opts: LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        match self.lock_with(key, opts.wait(Duration::ZERO)).await {
             Ok(guard) => Ok(Some(guard)),
             Err(e) if e.is_timeout() => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Takes the read side of the read-write lock `key`, shared with other readers:
+    /// [`lock_with`](Self::lock_with) with [`LockKind::Read`] and the default wait.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::in_memory();
+    /// let a = locker.read("report:7").await?;
+    /// let b = tokio::spawn({
+    ///     let locker = locker.clone();
+    ///     async move { locker.read("report:7").await.map(|g| g.fencing_token()) }
+    /// });
+    /// assert!(b.await.unwrap()? > a.fencing_token(), "two readers at once");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + '_ {
+        self.lock_with(key, LockOptions::new().kind(LockKind::Read))
+    }
+
+    /// Takes the write side of the read-write lock `key`, excluding readers and other
+    /// writers: [`lock_with`](Self::lock_with) with [`LockKind::Write`] and the default
+    /// wait. Readers that ask once a writer waits go in after it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::in_memory();
+    /// let write = locker.write("report:7").await?;
+    /// // The writer may read too: the same hold, with the same token.
+    /// let read = locker.read("report:7").await?;
+    /// assert_eq!(read.fencing_token(), write.fencing_token());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + '_ {
+        self.lock_with(key, LockOptions::new().kind(LockKind::Write))
+    }
+
+    /// A handle on the semaphore `key`, which admits `permits` holders at once across
+    /// every process: see [`Semaphore`]. Nothing is checked or sent until it is used.
+    pub fn semaphore(&self, key: &str, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), key, permits)
     }
 
     /// Runs `fut` under the lock `key` (default wait and lease) and releases it after.

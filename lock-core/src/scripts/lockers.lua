@@ -31,3 +31,13 @@ local function wake_a_locker(lockers, channel, own)
   end
 end
 
+
+-- Wakes every Locker waiting for the lock, each with the message 'all' (every one of its
+-- waiters, not one): a release that may let several in. The set is emptied; a Locker
+-- whose waiters find the lock held again goes back in it.
+local function wake_every_locker(lockers, channel)
+  for _, id in ipairs(redis.call('ZRANGE', lockers, 0, -1)) do
+    redis.call('PUBLISH', channel .. ':' .. id, 'all')
+  end
+  redis.call('DEL', lockers)
+end

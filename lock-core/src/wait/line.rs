@@ -145,6 +145,14 @@ impl<L: Default> Lines<L> {
         line.has_waiters()
     }
 
+    /// Wakes every waiter of `key`: a release that may let several in (readers after a
+    /// write), or a change that concerns them all.
+    pub(crate) fn wake_all(&self, key: &str) {
+        if let Some(line) = self.get(key) {
+            line.wake_all();
+        }
+    }
+
     /// The locks that have lines now, and whether each has waiters.
     pub(crate) fn keys(&self) -> Vec<(Arc<str>, bool)> {
         self.lines()
@@ -368,7 +376,7 @@ impl<L> Line<L> {
         }
     }
 
-    /// Wakes every waiter in line: wake-ups may have been missed.
+    /// Wakes every waiter in line.
     pub(crate) fn wake_all(&self) {
         for waiter in &self.queue().waiters {
             waiter.wake();

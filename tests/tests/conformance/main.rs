@@ -5,7 +5,9 @@
 //! `Locker`s sharing one store, as the replicas of one service would. The suite covers
 //! exclusion (a lost-update counter), fencing tokens, `try_lock` and `Timeout`, a waiter
 //! woken by a release, lease loss cancelling `with_lock`, dropped guards and dropped
-//! acquires, reentrancy, bad keys, and kinds a store lacks. It asserts no speed: every wait
+//! acquires, reentrancy, bad keys, and kinds a store lacks; then the read-write lock
+//! ([`suite::read_write`]) and the semaphore ([`suite::semaphore`]), skipped for a store
+//! that lacks them. It asserts no speed: every wait
 //! is on a condition, bounded by a deadline, and each test by [`suite::TEST_LIMIT`].
 //!
 //! # How a store joins

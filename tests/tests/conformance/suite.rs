@@ -14,6 +14,12 @@ use lock_core::{DEFAULT_MAX_KEY_LEN, LockError, LockKind, LockOptions, Locker};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
+mod read_write;
+mod semaphore;
+
+pub(crate) use read_write::*;
+pub(crate) use semaphore::*;
+
 /// Bounds each test: a deadlock or a lost wake-up fails it instead of hanging.
 pub(crate) const TEST_LIMIT: Duration = Duration::from_secs(30);
 
@@ -55,6 +61,18 @@ macro_rules! conformance {
             fair_and_exclusive_holds_reenter_each_other,
             bad_keys_are_refused_before_the_store,
             unsupported_kinds_are_refused_naming_store_and_kind,
+            readers_overlap,
+            readers_and_writers_exclude_each_other,
+            a_waiting_writer_gets_in_while_readers_loop,
+            queued_readers_go_in_together_after_a_write,
+            an_upgrade_is_refused_at_once,
+            a_downgrade_reenters_the_write_hold,
+            kinds_of_one_name_exclude_each_other,
+            a_semaphore_never_admits_more_than_its_count,
+            a_permit_left_to_run_out_is_reclaimed,
+            a_semaphore_keeps_its_count,
+            permits_are_not_reentrant,
+            dropped_guards_of_every_kind_free_their_hold,
         );
     };
     (@tests $store:ident, $make:expr; $($test:ident),+ $(,)?) => {
@@ -497,12 +515,31 @@ async fn two(store: &impl StoreUnderTest) -> [Locker; 2] {
     [store.locker().await, store.locker().await]
 }
 
-/// The mixes of one-holder kinds to contend with: exclusive alone, and exclusive with
-/// fair if the store has fair locks.
+/// Two `Locker`s on the store, if it has every one of `kinds`.
+async fn two_with(store: &impl StoreUnderTest, kinds: &[LockKind]) -> Option<[Locker; 2]> {
+    let lockers = two(store).await;
+    for &kind in kinds {
+        if !has_kind(&lockers[0], kind).await {
+            return None;
+        }
+    }
+    Some(lockers)
+}
+
+/// The mixes of one-holder kinds to contend with: exclusive alone, then with fair and
+/// with write holds if the store has them (each is one lock with the others).
 async fn kind_mixes(locker: &Locker) -> Vec<Vec<LockKind>> {
+    let fair = has_kind(locker, LockKind::Fair).await;
     let mut mixes = vec![vec![LockKind::Exclusive]];
-    if has_kind(locker, LockKind::Fair).await {
+    if fair {
         mixes.push(vec![LockKind::Exclusive, LockKind::Fair]);
+    }
+    if has_kind(locker, LockKind::Write).await {
+        let mut mix = vec![LockKind::Exclusive, LockKind::Write];
+        if fair {
+            mix.push(LockKind::Fair);
+        }
+        mixes.push(mix);
     }
     mixes
 }

@@ -23,29 +23,18 @@ impl RedisStore {
         waits_for: Duration,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
-        let waiting_as = if waits_for.is_zero() {
-            ""
-        } else {
-            self.listening_id()
-        };
         let mut call = self.scripts.acquire.key(key.as_str());
         call.key(key.fence())
             .key(key.lockers())
             .arg(&*request.token)
             .arg(millis(request.lease))
             .arg(self.fence_ttl_ms(request.lease))
-            .arg(waiting_as)
+            .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER));
         let (reply, sent_at) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Exclusive)
             .await?;
-        Ok(match reply {
-            AcquireReply::Taken { fence } => Attempt::Acquired {
-                fence,
-                until: sent_at + request.lease,
-            },
-            AcquireReply::Held { ttl } => Attempt::Held { ttl, clock: None },
-        })
+        reply.attempt(request, sent_at)
     }
 
     /// Releases lock `key` if `token` holds it: to a local waiter when one can be handed

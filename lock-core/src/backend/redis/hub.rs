@@ -29,6 +29,9 @@ use crate::wait::line::{Line, Lines};
 /// follows one.
 pub(super) const LINGER: Duration = Duration::from_secs(1);
 
+/// The message of a release that wakes every waiter of every `Locker` (`lockers.lua`).
+const WAKE_ALL: &[u8] = b"all";
+
 /// Whether a lock's wake-ups are being delivered (its channel is subscribed).
 #[derive(Debug, Default)]
 pub(crate) struct Listening {
@@ -257,12 +260,18 @@ impl Task {
     }
 
     /// A message on one of this `Locker`'s channels: a fair hand-over to one of its
-    /// waiters, or a release that wakes one (relayed on if none waits here any more).
+    /// waiters, a release that wakes every waiter (`all`: every `Locker` got one), or one
+    /// that wakes one (relayed on if none waits here any more).
     fn deliver(&self, msg: &redis::Msg) {
         let Some(key) = self.channels.key_of(msg.get_channel_name()) else {
             return;
         };
-        match fair_handover(msg.get_payload_bytes()) {
+        let payload = msg.get_payload_bytes();
+        if payload == WAKE_ALL {
+            self.lines.wake_all(key);
+            return;
+        }
+        match fair_handover(payload) {
             Some((token, handover)) => self.lines.deliver(key, token, handover),
             None => {
                 if !self.lines.wake_one(key) {

@@ -18,6 +18,14 @@ const QUEUE: &str = ":queue";
 /// A fair lock's places in line (when each runs out, its lease, its `Locker`),
 /// `P{K}:waiters`.
 const PLACES: &str = ":waiters";
+/// A read-write lock's readers, each with when its lease runs out, `P{K}:readers`.
+const READERS: &str = ":readers";
+/// A read-write lock's waiting writers, each with when it began to ask, `P{K}:writers`.
+const WRITERS: &str = ":writers";
+/// A semaphore's permit holders, each with when its lease runs out, `P{K}:holders`.
+const HOLDERS: &str = ":holders";
+/// A semaphore's count, `P{K}:permits`.
+const PERMITS: &str = ":permits";
 /// The stem of the lock's wake-up channels, `P{K}:released`: each `Locker` listens on
 /// its own, the stem, `:`, and the `Locker`'s id.
 const CHANNEL: &str = ":released";
@@ -60,6 +68,22 @@ impl RedisKey {
 
     pub(super) fn places(&self) -> String {
         self.suffixed(PLACES)
+    }
+
+    pub(super) fn readers(&self) -> String {
+        self.suffixed(READERS)
+    }
+
+    pub(super) fn writers(&self) -> String {
+        self.suffixed(WRITERS)
+    }
+
+    pub(super) fn holders(&self) -> String {
+        self.suffixed(HOLDERS)
+    }
+
+    pub(super) fn permits(&self) -> String {
+        self.suffixed(PERMITS)
     }
 
     /// The stem of the lock's wake-up channels.
@@ -126,6 +150,10 @@ mod tests {
         assert_eq!(key.queue(), "lock:{balance:42}:queue");
         assert_eq!(key.places(), "lock:{balance:42}:waiters");
         assert_eq!(key.channel(), "lock:{balance:42}:released");
+        assert_eq!(key.readers(), "lock:{balance:42}:readers");
+        assert_eq!(key.writers(), "lock:{balance:42}:writers");
+        assert_eq!(key.holders(), "lock:{balance:42}:holders");
+        assert_eq!(key.permits(), "lock:{balance:42}:permits");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! - [`keys`]: where a lock lives (its store keys and wake-up channels);
 //! - [`connection`]: the one multiplexed connection every call shares;
 //! - [`scripts`]: the Lua scripts and the one place they run from;
-//! - [`exclusive`] and [`fair`]: the two lock kinds, each a script to take it and one to
-//!   release it;
+//! - [`exclusive`], [`fair`], [`read_write`] and [`semaphore`]: the lock kinds, each a
+//!   script to take it and one to release it; [`shared`]: what reads and permits, which
+//!   share a lock, have in common;
 //! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
 //! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs.
@@ -18,11 +19,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bb8_redis::RedisConnectionManager;
-use redis::{AsyncCommands, FromRedisValue, ScriptInvocation};
+use redis::{FromRedisValue, ScriptInvocation};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::kind::Sharing;
 use crate::wait::handover::{Handover, Leftover};
 use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left};
@@ -34,7 +36,10 @@ mod fair;
 mod handover;
 mod hub;
 mod keys;
+mod read_write;
 mod scripts;
+mod semaphore;
+mod shared;
 
 pub(crate) use connection::redact;
 use connection::{Conn, Connection, Source};
@@ -180,6 +185,16 @@ impl RedisStore {
         RedisKey::new(&self.namespace, key)
     }
 
+    /// The `Locker` an attempt that waits `waits_for` more registers to be woken: this
+    /// one's, or none (`""`) for a caller that will not wait.
+    fn waiting_as(&self, waits_for: Duration) -> &str {
+        if waits_for.is_zero() {
+            ""
+        } else {
+            self.listening_id()
+        }
+    }
+
     /// How long the fence counter is kept: at least as long as a lease drawn from it.
     fn fence_ttl_ms(&self, lease: Duration) -> u64 {
         self.fence_ttl_ms.max(millis(lease))
@@ -216,6 +231,16 @@ impl RedisStore {
             }
             Release::Leave => {
                 let call = self.fair_release_call(&self.scripts.fair_leave, key, token);
+                call.invoke_async(conn).await
+            }
+            Release::Write => self.write_release_call(key, token).invoke_async(conn).await,
+            Release::Shared(sharing) => {
+                let mut call = self.scripts.shared_release.key(key.as_str());
+                call.key(shared::holders(sharing, key))
+                    .key(key.lockers())
+                    .key(key.channel())
+                    .arg(token)
+                    .arg(shared::mark(sharing));
                 call.invoke_async(conn).await
             }
         }
@@ -267,8 +292,12 @@ impl RedisStore {
                 .iter()
                 .zip(keys)
                 .map(|(r, key)| {
+                    let sharing = r.hold.kind.sharing();
                     let mut call = self.scripts.extend.key(key.as_str());
-                    call.arg(r.hold.token).arg(millis(r.lease));
+                    call.key(shared::holders(sharing, key))
+                        .arg(r.hold.token)
+                        .arg(millis(r.lease))
+                        .arg(shared::mark(sharing));
                     call
                 })
                 .collect();
@@ -298,14 +327,6 @@ impl RedisStore {
             }
         });
     }
-
-    fn unsupported(&self, key: &LockKey, kind: LockKind) -> LockError {
-        LockError::Unsupported {
-            key: key.to_string(),
-            store: self.name().to_owned(),
-            kind,
-        }
-    }
 }
 
 impl Store for RedisStore {
@@ -314,7 +335,14 @@ impl Store for RedisStore {
     }
 
     fn supports(&self, kind: LockKind) -> bool {
-        matches!(kind, LockKind::Exclusive | LockKind::Fair)
+        matches!(
+            kind,
+            LockKind::Exclusive
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Semaphore { .. }
+        )
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
@@ -327,7 +355,16 @@ impl Store for RedisStore {
             match hold.kind {
                 LockKind::Exclusive => self.release_exclusive(&key, hold.token).await,
                 LockKind::Fair => self.release_fair(&key, hold.token).await,
-                kind => Err(self.unsupported(hold.key, kind)),
+                kind => {
+                    let how = match kind.sharing() {
+                        Sharing::Owner => Release::Write,
+                        sharing => Release::Shared(sharing),
+                    };
+                    let mut conn = self.connection.get().await?;
+                    self.release_on(&mut conn, &key, hold.token, how)
+                        .await
+                        .map_err(|e| self.connection.error("release", e))
+                }
             }
         })
     }
@@ -347,15 +384,26 @@ impl Store for RedisStore {
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let key = self.key(hold.key);
-            let owner: Option<String> = self
-                .connection
-                .run("read the owner", |mut conn| {
-                    let key = key.as_str();
-                    async move { conn.get(key).await }
+            let sharing = hold.kind.sharing();
+            let mut call = self.scripts.held.key(key.as_str());
+            call.key(shared::holders(sharing, &key))
+                .arg(hold.token)
+                .arg(shared::mark(sharing));
+            self.connection
+                .run("ask whether a lock is held", |mut conn| {
+                    let call = &call;
+                    async move { call.invoke_async(&mut conn).await }
                 })
-                .await?;
-            Ok(owner.as_deref() == Some(hold.token))
+                .await
         })
+    }
+
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(self.available_permits(key, permits))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.store_permits(key, permits))
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -378,7 +426,11 @@ impl ClientWait for RedisStore {
         match request.kind {
             LockKind::Exclusive => self.attempt_exclusive(request, waits_for).await,
             LockKind::Fair => self.attempt_fair(request, waits_for).await,
-            kind => Err(self.unsupported(&request.key, kind)),
+            LockKind::Read => self.attempt_read(request, waits_for).await,
+            LockKind::Write => self.attempt_write(request, waits_for).await,
+            LockKind::Semaphore { permits } => {
+                self.attempt_permit(request, permits, waits_for).await
+            }
         }
     }
 
@@ -447,8 +499,13 @@ impl ClientWait for RedisStore {
 
     fn left(&self, left: Left<'_, Listening>) {
         let key = RedisKey::from_redis(left.line.key());
-        if left.kind == LockKind::Fair && !left.held {
-            self.release_detached(&key, left.token, Release::Leave);
+        if !left.held {
+            match left.kind {
+                LockKind::Fair => self.release_detached(&key, left.token, Release::Leave),
+                // Out of the waiting writers, so that the readers behind it may go in.
+                LockKind::Write => self.release_detached(&key, left.token, Release::Write),
+                _ => {}
+            }
         }
         if left.leftover == Leftover::Release {
             // Handed over to this waiter, which gave up before taking it: free it.
@@ -481,6 +538,11 @@ enum Release {
     Fair,
     /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
     Leave,
+    /// A write lock's: free, waking every waiting `Locker`; also takes the writer out of
+    /// those waiting.
+    Write,
+    /// A read's or a permit's: one holder fewer.
+    Shared(Sharing),
 }
 
 /// Releases a lock by token unless the acquire it guards comes to an answer: if that

@@ -11,6 +11,11 @@ use std::time::Duration;
 use redis::{FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ScriptInvocation, Value};
 
 use super::connection::Conn;
+use crate::backend::store::Acquire;
+use crate::semaphore::miscounted;
+use crate::wait::Attempt;
+use crate::{LockError, LockKind};
+use tokio::time::Instant;
 
 /// A script: its helpers (each prepended file), then its body.
 macro_rules! script {
@@ -38,6 +43,23 @@ pub(super) struct Scripts {
     pub(super) fair_release: Script,
     /// Leave a fair lock's line: whether the lock had been handed over to the caller.
     pub(super) fair_leave: Script,
+    /// Take the read side of a read-write lock: [`AcquireReply`].
+    pub(super) read_acquire: Script,
+    /// Take the write side of a read-write lock, or wait among its writers:
+    /// [`AcquireReply`].
+    pub(super) write_acquire: Script,
+    /// Release the write side, or stop waiting for it: whether the caller held it.
+    pub(super) write_release: Script,
+    /// Release a read or a permit: whether the caller held it.
+    pub(super) shared_release: Script,
+    /// Take a semaphore's permit: [`AcquireReply`].
+    pub(super) permit_acquire: Script,
+    /// A semaphore's free permits.
+    pub(super) permits: Script,
+    /// Store a semaphore's count.
+    pub(super) set_permits: Script,
+    /// Whether the caller holds a lock.
+    pub(super) held: Script,
 }
 
 impl Scripts {
@@ -45,7 +67,7 @@ impl Scripts {
         Self {
             acquire: script!("fence.lua", "lockers.lua", "acquire.lua"),
             release: script!("lockers.lua", "release.lua"),
-            extend: script!("extend.lua"),
+            extend: script!("shared.lua", "extend.lua"),
             handover: script!("fence.lua", "handover.lua"),
             relay: script!("lockers.lua", "relay.lua"),
             fair_acquire: script!(
@@ -66,11 +88,29 @@ impl Scripts {
                 "fair_line.lua",
                 "fair_leave.lua"
             ),
+            read_acquire: script!("fence.lua", "lockers.lua", "shared.lua", "read_acquire.lua"),
+            write_acquire: script!(
+                "fence.lua",
+                "lockers.lua",
+                "shared.lua",
+                "write_acquire.lua"
+            ),
+            write_release: script!("lockers.lua", "write_release.lua"),
+            shared_release: script!("lockers.lua", "shared.lua", "shared_release.lua"),
+            permit_acquire: script!(
+                "fence.lua",
+                "lockers.lua",
+                "shared.lua",
+                "permit_acquire.lua"
+            ),
+            permits: script!("shared.lua", "permits.lua"),
+            set_permits: script!("lockers.lua", "set_permits.lua"),
+            held: script!("shared.lua", "held.lua"),
         }
     }
 
     /// Each script, to load them all up front.
-    pub(super) fn all(&self) -> [&Script; 8] {
+    pub(super) fn all(&self) -> [&Script; 16] {
         [
             &self.acquire,
             &self.release,
@@ -80,6 +120,14 @@ impl Scripts {
             &self.fair_acquire,
             &self.fair_release,
             &self.fair_leave,
+            &self.read_acquire,
+            &self.write_acquire,
+            &self.write_release,
+            &self.shared_release,
+            &self.permit_acquire,
+            &self.permits,
+            &self.set_permits,
+            &self.held,
         ]
     }
 }
@@ -103,13 +151,17 @@ pub(super) async fn pipelined<T: FromRedisValue>(
     }
 }
 
-/// The exclusive acquire script's reply.
+/// The reply of the acquire scripts of the exclusive lock, the read-write lock and the
+/// semaphore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum AcquireReply {
     /// `{1, fence}`: the caller holds the lock.
     Taken { fence: u64 },
-    /// `{0, pttl}`: someone else does, for `ttl` more (none: a holder with no lease).
+    /// `{0, pttl}`: someone else does, for `ttl` more (none: a holder with no lease, or
+    /// none at all).
     Held { ttl: Option<Duration> },
+    /// `{-1, count}`: a semaphore's stored count, which is not the one asked with.
+    Miscounted { permits: u32 },
 }
 
 impl FromRedisValue for AcquireReply {
@@ -119,7 +171,31 @@ impl FromRedisValue for AcquireReply {
                 fence: positive(fence)?,
             }),
             (0, pttl) => Ok(Self::Held { ttl: millis(pttl) }),
+            (-1, count) => Ok(Self::Miscounted {
+                permits: u32::try_from(count)
+                    .map_err(|_| format!("{count} is not a semaphore's count"))?,
+            }),
             other => Err(format!("unexpected acquire reply {other:?}").into()),
+        }
+    }
+}
+
+impl AcquireReply {
+    /// What the attempt of `request`, sent at `sent_at`, came to.
+    pub(super) fn attempt(self, request: &Acquire, sent_at: Instant) -> Result<Attempt, LockError> {
+        match self {
+            Self::Taken { fence } => Ok(Attempt::Acquired {
+                fence,
+                until: sent_at + request.lease,
+            }),
+            Self::Held { ttl } => Ok(Attempt::Held { ttl, clock: None }),
+            Self::Miscounted { permits } => {
+                let asked = match request.kind {
+                    LockKind::Semaphore { permits } => permits,
+                    _ => 0,
+                };
+                Err(miscounted(&request.key, permits, asked))
+            }
         }
     }
 }
@@ -184,6 +260,11 @@ mod tests {
             AcquireReply::from_redis_value(reply(&[0, -1])).unwrap(),
             AcquireReply::Held { ttl: None }
         );
+        assert_eq!(
+            AcquireReply::from_redis_value(reply(&[-1, 3])).unwrap(),
+            AcquireReply::Miscounted { permits: 3 }
+        );
+        assert!(AcquireReply::from_redis_value(reply(&[-1, -3])).is_err());
         assert!(AcquireReply::from_redis_value(reply(&[2, 1])).is_err());
         assert!(AcquireReply::from_redis_value(reply(&[1, -5])).is_err());
         assert_eq!(

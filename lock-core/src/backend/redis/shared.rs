@@ -1,0 +1,27 @@
+//! Holds that share a lock: the readers of a read-write lock and the permit holders of a
+//! semaphore. Each has its own token and lease, in a sorted set by when its lease runs out
+//! (server clock), and the lock key `P{K}` holds the sharing's mark for as long as the
+//! longest of them, so that other kinds wait for them. A lease that ran out is dropped by
+//! the next script that looks: no sweeper. The scripts' helpers are `shared.lua`.
+
+use super::keys::RedisKey;
+use crate::kind::Sharing;
+
+/// What the lock key holds while holds of `sharing` hold it, as the scripts take it: `""`
+/// for an owner, whose token it holds.
+pub(super) fn mark(sharing: Sharing) -> &'static str {
+    match sharing {
+        Sharing::Owner => "",
+        Sharing::Read => "read",
+        Sharing::Permit => "semaphore",
+    }
+}
+
+/// The set of the holders of lock `key` that share it as `sharing`; none for an owner.
+pub(super) fn holders(sharing: Sharing, key: &RedisKey) -> Option<String> {
+    match sharing {
+        Sharing::Owner => None,
+        Sharing::Read => Some(key.readers()),
+        Sharing::Permit => Some(key.holders()),
+    }
+}
