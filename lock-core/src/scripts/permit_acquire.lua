@@ -24,8 +24,7 @@ local now_ms = clock_ms()
 if not owner or owner == 'semaphore' then
   prune(holders, now_ms)
   -- A retried attempt finds its token there already: it takes no second permit.
-  local again = redis.call('ZSCORE', holders, ARGV[1])
-  if again or redis.call('ZCARD', holders) < count then
+  if redis.call('ZCARD', holders) < count or redis.call('ZSCORE', holders, ARGV[1]) then
     redis.call('ZADD', holders, now_ms + tonumber(ARGV[2]), ARGV[1])
     stretch(lock, holders, 'semaphore', now_ms)
     return {1, draw_fence(KEYS[2], ARGV[3])}

@@ -18,15 +18,15 @@ local function prune(holders, now_ms)
 end
 
 -- Marks the lock key with `mark` and makes it and the holders' set last as long as the
--- longest lease left; with no holder left, deletes both. Returns how many hold it.
+-- longest lease left; with no holder left, deletes both. Says whether anyone holds it.
 local function stretch(lock, holders, mark, now_ms)
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', lock, holders)
-    return 0
+    return false
   end
   local left = math.max(tonumber(last[2]) - now_ms, 1)
   redis.call('SET', lock, mark, 'PX', left)
   redis.call('PEXPIRE', holders, left)
-  return redis.call('ZCARD', holders)
+  return true
 end

@@ -17,10 +17,10 @@ prune(holders, now_ms)
 if redis.call('ZREM', holders, ARGV[1]) == 0 then
   return 0
 end
-local left = stretch(lock, holders, mark, now_ms)
+local still_held = stretch(lock, holders, mark, now_ms)
 if mark == 'semaphore' then
   wake_a_locker(KEYS[3], KEYS[4], '')
-elseif left == 0 then
+elseif not still_held then
   wake_every_locker(KEYS[3], KEYS[4])
 end
 return 1

@@ -284,6 +284,12 @@ impl<'a, S: ClientWait> WaitTicket<'a, S> {
             line,
             already_listening,
         } = store.join(request);
+        // A read-write lock's release wakes every waiter in line, and leaves nothing for
+        // one that joins after it; nor is a wake-up that another waiter takes good for
+        // this one (a reader behind a writer cannot use it). So its waiters try again
+        // once in line, before they wait.
+        let already_listening =
+            already_listening && !matches!(request.kind, LockKind::Read | LockKind::Write);
         let token = request.token.clone();
         let waiter = line.join_line(token, request.lease, store.handover(request.kind));
         if request.kind == LockKind::Fair {

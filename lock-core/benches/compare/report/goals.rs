@@ -1,4 +1,4 @@
-//! The goals of issue 13, each checked on figures from this one run: ratios between the
+//! The goals of issues 13 and 14, each checked on figures from this one run: ratios between the
 //! systems, handoff latencies in the round trips measured beside them, and absolute
 //! figures where the goal names one. A goal whose figure the run did not measure says so.
 
@@ -179,6 +179,31 @@ impl Report {
                 fmt_num(guards, 0)
             ),
             verdict,
+        );
+
+        let rate = |scenario: &str, system: &str| find(scenario, system)?.ops_per_sec;
+        let over_exclusive = |scenario: &str, system: &str| {
+            Some(rate(scenario, system)? / rate(scenario, "lock-core/exclusive")?)
+        };
+        let r = over_exclusive("read-heavy", "lock-core/read-write");
+        goal(
+            "read-heavy: read-write lock ≥ 4× the exclusive lock",
+            times(r),
+            Verdict::of(r.map(|r| r >= 4.0)),
+        );
+        let r = over_exclusive("semaphore", "lock-core/semaphore");
+        goal(
+            "semaphore cycle ≥ 0.8× the exclusive lock's",
+            times(r),
+            Verdict::of(r.map(|r| r >= 0.8)),
+        );
+        let w = find("writer-wait", "lock-core");
+        let p99 = w.and_then(|w| w.p99_us);
+        let hold = w.and_then(|w| w.extra("read_hold_us"));
+        goal(
+            "writer wait under 16 looping readers: p99 ≤ 2× a read's hold",
+            format!("p99 {} µs; a read holds {} µs", fmt_us(p99), fmt_us(hold)),
+            Verdict::of(p99.zip(hold).map(|(p99, hold)| p99 <= 2.0 * hold)),
         );
 
         let r = ratio("axum", "raw-fenced");

@@ -7,8 +7,11 @@ pub(crate) mod axum;
 pub(crate) mod handoff;
 pub(crate) mod memory;
 pub(crate) mod parallel;
+pub(crate) mod read_heavy;
+pub(crate) mod semaphore;
 pub(crate) mod uncontended;
 pub(crate) mod watchdog;
+pub(crate) mod writer_wait;
 
 use std::time::Duration;
 
@@ -24,6 +27,9 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "parallel",
     "handoff",
     "fair-handoff",
+    "read-heavy",
+    "semaphore",
+    "writer-wait",
     "watchdog",
     "axum",
     "memory",
@@ -153,6 +159,15 @@ pub(crate) async fn run(
     }
     if only.contains(&"fair-handoff") {
         handoff::run_fair(&mut run).await;
+    }
+    if only.contains(&"read-heavy") {
+        read_heavy::run(&mut run).await;
+    }
+    if only.contains(&"semaphore") {
+        semaphore::run(&mut run).await;
+    }
+    if only.contains(&"writer-wait") {
+        writer_wait::run(&mut run).await;
     }
     if only.contains(&"watchdog") {
         watchdog::run(&mut run).await;
