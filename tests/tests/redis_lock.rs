@@ -1004,3 +1004,74 @@ async fn a_waiting_writer_is_woken_by_the_last_read_not_by_the_poll() {
         reader.await.unwrap();
     }
 }
+
+/// The keys of lock `name` on `server` (its store key and those beside it), with each
+/// one's expiry in ms (-1: none).
+fn keys_of(server: &RedisServer, name: &str) -> Vec<(String, i64)> {
+    let pattern = format!("{}*", redis_key(name));
+    let keys = server.cmd(&["KEYS", &pattern]).unwrap();
+    let keys: Vec<String> = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().to_owned())
+        .collect();
+    keys.into_iter()
+        .map(|k| {
+            let ttl = server.cmd(&["PTTL", &k]).unwrap().as_int().unwrap();
+            (k, ttl)
+        })
+        .collect()
+}
+
+/// Every key a read-write lock or a semaphore leaves behind expires once the lock is idle:
+/// the holders' sets and the lock key go with the last release, the waiting writers'
+/// hash and the set of waiting `Locker`s run out (10 s after the last waiter asked), the
+/// semaphore's count and the fence counters with the fence counter's expiry (here 1 s).
+/// Then another count is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_and_a_semaphore_leave_no_key_without_expiry() {
+    let server = RedisServer::spawn();
+    let locker = Locker::builder()
+        .url(&server.url())
+        .fence_ttl(SEC)
+        .default_lease(SEC)
+        .build()
+        .await
+        .unwrap();
+    // A writer that waited behind a reader, and readers.
+    let read = locker.read("idle").await.unwrap();
+    let waiting_writer = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.write("idle").await.unwrap().release().await.unwrap() }
+    });
+    eventually(5 * SEC, "the writer waits", || async {
+        keys_of(&server, "idle")
+            .iter()
+            .any(|(k, _)| k.ends_with(":writers"))
+    })
+    .await;
+    read.release().await.unwrap();
+    waiting_writer.await.unwrap();
+    // A semaphore used and left.
+    let pool = locker.semaphore("pool", 3);
+    pool.acquire().await.unwrap().release().await.unwrap();
+    for name in ["idle", "pool"] {
+        for (key, ttl) in keys_of(&server, name) {
+            assert!(ttl > 0, "{key} has no expiry ({ttl})");
+        }
+    }
+    assert!(!exists(&server, "idle") && !exists(&server, "pool"));
+    eventually(15 * SEC, "every key of the idle locks is gone", || async {
+        keys_of(&server, "idle").is_empty() && keys_of(&server, "pool").is_empty()
+    })
+    .await;
+    let other_count = locker.semaphore("pool", 5);
+    other_count
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
