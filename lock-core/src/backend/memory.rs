@@ -308,18 +308,13 @@ impl MemoryStore {
                 ttl: entry.longest_lease(now),
                 clock: None,
             };
+            let take = |entry: &mut Entry| Attempt::Acquired {
+                fence: entry.take(token, request.kind, lease, now, fence_ttl),
+                until: now + lease,
+            };
             match request.kind {
-                LockKind::Exclusive => {
-                    if entry.holders.is_empty() {
-                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
-                        Attempt::Acquired {
-                            fence,
-                            until: now + lease,
-                        }
-                    } else {
-                        held(entry)
-                    }
-                }
+                LockKind::Exclusive if entry.holders.is_empty() => take(entry),
+                LockKind::Exclusive => held(entry),
                 LockKind::Fair => {
                     let (attempt, handed) = Self::try_fair(entry, request, waits, clock, fence_ttl);
                     if let Some(handed) = handed {
@@ -333,21 +328,13 @@ impl MemoryStore {
                     {
                         held(entry)
                     } else {
-                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
-                        Attempt::Acquired {
-                            fence,
-                            until: now + lease,
-                        }
+                        take(entry)
                     }
                 }
                 LockKind::Write => {
                     if entry.holders.is_empty() {
                         entry.stop_waiting_to_write(token);
-                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
-                        Attempt::Acquired {
-                            fence,
-                            until: now + lease,
-                        }
+                        take(entry)
                     } else {
                         if waits {
                             entry.wait_to_write(token, request.since);
@@ -364,11 +351,7 @@ impl MemoryStore {
                     if entry.held_otherwise(Sharing::Permit) || taken >= count {
                         held(entry)
                     } else {
-                        let fence = entry.take(token, request.kind, lease, now, fence_ttl);
-                        Attempt::Acquired {
-                            fence,
-                            until: now + lease,
-                        }
+                        take(entry)
                     }
                 }
             }
@@ -556,15 +539,9 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn supports(&self, kind: LockKind) -> bool {
-        matches!(
-            kind,
-            LockKind::Exclusive
-                | LockKind::Fair
-                | LockKind::Read
-                | LockKind::Write
-                | LockKind::Semaphore { .. }
-        )
+    /// Every kind.
+    fn supports(&self, _kind: LockKind) -> bool {
+        true
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {

@@ -334,15 +334,9 @@ impl Store for RedisStore {
         "redis"
     }
 
-    fn supports(&self, kind: LockKind) -> bool {
-        matches!(
-            kind,
-            LockKind::Exclusive
-                | LockKind::Fair
-                | LockKind::Read
-                | LockKind::Write
-                | LockKind::Semaphore { .. }
-        )
+    /// Every kind.
+    fn supports(&self, _kind: LockKind) -> bool {
+        true
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
