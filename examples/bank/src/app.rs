@@ -1,39 +1,27 @@
 //! HTTP: the routes, JSON in and out, and every failure as `{"error": "<reason>"}`.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
-use lock_axum::{HeldLock, LockLayer, LockRejection};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::Config;
-use crate::service::{AccountId, Amount, Bank, BankError, NO_FENCE};
+use crate::service::{AccountId, Amount, Bank, BankError};
 
-/// The service's routes. Deposits and withdrawals run under the lock `balance:{id}`,
-/// taken by the layer (unless `config.locks` is off); transfers lock both accounts in
-/// [`Bank::transfer`].
-pub(crate) fn router(bank: Bank, config: &Config) -> Router {
-    let mut updates = Router::new()
-        .route("/accounts/{id}/deposit", post(deposit))
-        .route("/accounts/{id}/withdraw", post(withdraw));
-    if config.locks {
-        updates = updates.route_layer(
-            LockLayer::new(bank.locker().clone(), "balance:{id}")
-                .wait(config.wait)
-                .error_handler(ApiError::from),
-        );
-    }
+/// The service's routes. Each operation takes its locks in [`Bank`].
+pub(crate) fn router(bank: Bank) -> Router {
     Router::new()
         .route("/accounts/{id}", get(balance))
+        .route("/accounts/{id}/statement", get(statement))
+        .route("/accounts/{id}/deposit", post(deposit))
+        .route("/accounts/{id}/withdraw", post(withdraw))
         .route("/transfers", post(transfer))
-        .merge(updates)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
@@ -62,6 +50,16 @@ struct Balance {
 }
 
 #[derive(Debug, Serialize)]
+struct Statement {
+    id: AccountId,
+    balance: i64,
+    /// The fencing token of the read lock the balance was read under (0 with locks off).
+    fencing_token: u64,
+    /// When the balance was read, in milliseconds since the Unix epoch.
+    as_of_unix_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
 struct Transfer {
     from: Balance,
     to: Balance,
@@ -71,29 +69,42 @@ type IdParam = Result<Path<String>, PathRejection>;
 
 async fn balance(State(bank): State<Bank>, id: IdParam) -> Result<Json<Balance>, ApiError> {
     let id = AccountId::parse(&id?.0)?;
-    let balance = bank.balance(&id).await?;
+    let balance = bank.balance(&id).await?.balance;
     Ok(Json(Balance { id, balance }))
+}
+
+async fn statement(State(bank): State<Bank>, id: IdParam) -> Result<Json<Statement>, ApiError> {
+    let id = AccountId::parse(&id?.0)?;
+    let reading = bank.statement(&id).await?;
+    let since_epoch = reading
+        .read_at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(Json(Statement {
+        id,
+        balance: reading.balance,
+        fencing_token: reading.fencing_token,
+        as_of_unix_ms: u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX),
+    }))
 }
 
 async fn deposit(
     State(bank): State<Bank>,
     id: IdParam,
-    lock: Option<Extension<HeldLock>>,
     body: Result<Json<AmountBody>, JsonRejection>,
 ) -> Result<Json<Balance>, ApiError> {
     let (id, amount) = account_change(id, body)?;
-    let balance = bank.deposit(&id, amount, fence(lock)).await?;
+    let balance = bank.deposit(&id, amount).await?;
     Ok(Json(Balance { id, balance }))
 }
 
 async fn withdraw(
     State(bank): State<Bank>,
     id: IdParam,
-    lock: Option<Extension<HeldLock>>,
     body: Result<Json<AmountBody>, JsonRejection>,
 ) -> Result<Json<Balance>, ApiError> {
     let (id, amount) = account_change(id, body)?;
-    let balance = bank.withdraw(&id, amount, fence(lock)).await?;
+    let balance = bank.withdraw(&id, amount).await?;
     Ok(Json(Balance { id, balance }))
 }
 
@@ -126,11 +137,6 @@ async fn transfer(
             balance: to_balance,
         },
     }))
-}
-
-/// The fencing token of the lock the layer took; there is none only with locks off.
-fn fence(lock: Option<Extension<HeldLock>>) -> u64 {
-    lock.map_or(NO_FENCE, |Extension(lock)| lock.fencing_token())
 }
 
 /// An error answer: a status, `{"error": "<reason>", ..}`, and for contention a
@@ -175,16 +181,6 @@ impl IntoResponse for ApiError {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
-    }
-}
-
-impl From<LockRejection> for ApiError {
-    fn from(rejection: LockRejection) -> Self {
-        let retry_after = rejection.retry_after_secs().map(Duration::from_secs);
-        ApiError {
-            retry_after,
-            ..ApiError::new(rejection.status(), &rejection)
-        }
     }
 }
 
@@ -235,9 +231,16 @@ impl From<BankError> for ApiError {
                 StatusCode::CONFLICT,
                 json!({ "error": "the balance would overflow", "id": id }),
             ),
+            BankError::TooManyStatements { retry_after } => ApiError {
+                retry_after,
+                ..ApiError::new(
+                    StatusCode::LOCKED,
+                    "as many statements as allowed are being prepared; retry later",
+                )
+            },
             BankError::Stale => ApiError::new(
                 StatusCode::CONFLICT,
-                "refused: this request's lock ran out and a newer holder wrote the account; retry",
+                "refused: this request's lock ran out and a newer holder read or wrote the account; retry",
             ),
             BankError::Lock(e) if e.is_timeout() => ApiError {
                 retry_after: e.retry_after(),
@@ -248,7 +251,7 @@ impl From<BankError> for ApiError {
             },
             BankError::Lock(e) if e.is_lost() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "the lock was lost before the transfer was done; retry",
+                "a lock was lost before the request was done; retry",
             ),
             BankError::Lock(e) => ApiError::unavailable("lock service", &e),
             BankError::Store(e) => ApiError::unavailable("balance store", &e),

@@ -100,7 +100,7 @@ pub(crate) async fn run(
         .map_err(|e| e.to_string())?;
     let http = Http::new(listener.local_addr().map_err(|e| e.to_string())?);
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = axum::serve(listener, app::router(bank, &config)).with_graceful_shutdown(async {
+    let server = axum::serve(listener, app::router(bank)).with_graceful_shutdown(async {
         stopped.await.ok();
     });
     let server = tokio::spawn(server.into_future());

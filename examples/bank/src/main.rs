@@ -4,12 +4,18 @@
 //! (read the balance, await, write it back) that distributed locks make safe, however many
 //! replicas share the Redis. `cargo run -p bank -- demo` shows what the locks save.
 //!
+//! Each account has a read-write lock, `balance:{id}`: reading a balance takes its read
+//! side, shared with other reads; deposits, withdrawals and transfers take its write side.
+//!
 //! ```text
-//! GET  /accounts/{id}           -> {"id": "alice", "balance": 0}
-//! POST /accounts/{id}/deposit   {"amount": 100}   (locks balance:{id}, via LockLayer)
-//! POST /accounts/{id}/withdraw  {"amount": 30}    (409 on insufficient funds)
-//! POST /transfers               {"from": "alice", "to": "bob", "amount": 20}
-//!                               (locks both, via #[distributed_lock])
+//! GET  /accounts/{id}            -> {"id": "alice", "balance": 0}
+//! GET  /accounts/{id}/statement  -> {"id": "alice", "balance": 0, "fencing_token": 7,
+//!                                    "as_of_unix_ms": 1767225600000}
+//!                                   (slow; at most BANK_MAX_STATEMENTS at once)
+//! POST /accounts/{id}/deposit    {"amount": 100}
+//! POST /accounts/{id}/withdraw   {"amount": 30}    (409 on insufficient funds)
+//! POST /transfers                {"from": "alice", "to": "bob", "amount": 20}
+//!                                (locks both accounts)
 //! ```
 //!
 //! Environment:
@@ -18,10 +24,13 @@
 //! - `REDIS_URL`: keep locks and balances in that Redis, shared by every replica;
 //!   without it, both live in this process
 //! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease and how long a request waits for
-//!   a lock before `423 Locked` (default: lock-core's, 30 s and 10 s)
+//!   a lock or a statement permit before `423 Locked` (default: lock-core's, 30 s and 10 s)
 //! - `BANK_DELAY_MS`: the pause between reading a balance and writing it back, standing
 //!   for the rest of a real update's work (default 1)
-//! - `BANK_UNLOCKED=1`: take no locks at all, to see updates get lost (demo only)
+//! - `BANK_MAX_STATEMENTS`: how many statements are prepared at once, across every replica
+//!   sharing the Redis (default 2); the replica started last sets it for all
+//! - `BANK_STATEMENT_DELAY_MS`: how long a statement takes to render (default 300)
+//! - `BANK_UNLOCKED=1`: take no account locks at all, to see updates get lost (demo only)
 
 mod app;
 mod demo;
@@ -31,6 +40,7 @@ mod store;
 mod tests;
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -40,6 +50,11 @@ use crate::service::Bank;
 
 const USAGE: &str = "usage: bank [demo]";
 
+/// How many statements are prepared at once unless `BANK_MAX_STATEMENTS` says otherwise.
+const DEFAULT_MAX_STATEMENTS: NonZeroU32 = NonZeroU32::new(2).unwrap();
+/// How long a statement takes to render unless `BANK_STATEMENT_DELAY_MS` says otherwise.
+const DEFAULT_STATEMENT_DELAY: Duration = Duration::from_millis(300);
+
 /// The settings, from the environment (see the crate docs).
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -48,6 +63,8 @@ pub(crate) struct Config {
     pub(crate) lease: Duration,
     pub(crate) wait: Duration,
     pub(crate) delay: Duration,
+    pub(crate) max_statements: NonZeroU32,
+    pub(crate) statement_delay: Duration,
     pub(crate) locks: bool,
 }
 
@@ -68,6 +85,12 @@ impl Config {
                 format!("BANK_ADDR must be an address like 127.0.0.1:3000, got {v:?}")
             })?,
         };
+        let max_statements = match var("BANK_MAX_STATEMENTS") {
+            None => DEFAULT_MAX_STATEMENTS,
+            Some(v) => v.parse().map_err(|_| {
+                format!("BANK_MAX_STATEMENTS must be a whole number from 1, got {v:?}")
+            })?,
+        };
         let locks = match var("BANK_UNLOCKED").as_deref() {
             None | Some("0" | "false") => true,
             Some("1" | "true") => false,
@@ -79,6 +102,8 @@ impl Config {
             lease: millis("BANK_LEASE_MS", lock_core::DEFAULT_LEASE)?,
             wait: millis("BANK_WAIT_MS", lock_core::DEFAULT_WAIT)?,
             delay: millis("BANK_DELAY_MS", Duration::from_millis(1))?,
+            max_statements,
+            statement_delay: millis("BANK_STATEMENT_DELAY_MS", DEFAULT_STATEMENT_DELAY)?,
             locks,
         })
     }
@@ -138,7 +163,7 @@ async fn serve(config: &Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("listening on http://{addr}");
-    axum::serve(listener, app::router(bank, config))
+    axum::serve(listener, app::router(bank))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| e.to_string())?;

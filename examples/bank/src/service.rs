@@ -1,13 +1,28 @@
 //! The bank: balances updated by a plain read-modify-write, which the locks make safe.
+//!
+//! Each account has a read-write lock, `balance:{id}`. Showing a balance takes its read
+//! side, which reads share with each other; changing one takes its write side, which
+//! excludes reads and other updates, so no read sees an update halfway. Statements are slow,
+//! so a semaphore bounds how many are prepared at once across every replica.
 
 use std::fmt;
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
 
-use lock_core::{LockError, Locker, distributed_lock};
+use lock_core::{LockError, LockKind, LockOptions, Locker, Semaphore};
 use serde::Serialize;
 
 use crate::Config;
 use crate::store::{Read, Store, StoreError, Write};
+
+/// The semaphore that bounds the statements being prepared: one for the whole bank,
+/// shared by every replica.
+pub(crate) const STATEMENTS: &str = "statements";
+
+/// The name of the read-write lock on account `id`.
+pub(crate) fn lock_key(id: &AccountId) -> String {
+    format!("balance:{id}")
+}
 
 /// An account id: 1 to 64 bytes of `[A-Za-z0-9_-]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,8 +80,14 @@ pub(crate) enum BankError {
     Overflow {
         id: AccountId,
     },
-    /// The store refused the read or the write: a newer lock holder had read or written
-    /// an account, so this one's lease ran out.
+    /// No statement permit came free within the wait: as many statements as
+    /// `BANK_MAX_STATEMENTS` allows are being prepared, across every replica.
+    TooManyStatements {
+        /// The longest lease left among the permits' holders.
+        retry_after: Option<Duration>,
+    },
+    /// The store refused a read-modify-write: a newer lock holder had read or written an
+    /// account, so this one's lease ran out.
     Stale,
     Lock(LockError),
     Store(StoreError),
@@ -88,8 +109,17 @@ impl From<StoreError> for BankError {
 /// saw a real one.
 pub(crate) const NO_FENCE: u64 = 0;
 
-/// The bank service. Deposits and withdrawals are locked by the HTTP layer, which hands
-/// in the fencing token; transfers lock both accounts themselves.
+/// A balance as read under the read side of the account's lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading {
+    pub(crate) balance: i64,
+    /// The fencing token of the read lock ([`NO_FENCE`] with locks off).
+    pub(crate) fencing_token: u64,
+    /// When the balance was read.
+    pub(crate) read_at: SystemTime,
+}
+
+/// The bank service. Every operation takes the locks it needs itself.
 #[derive(Debug, Clone)]
 pub(crate) struct Bank {
     locker: Locker,
@@ -97,7 +127,12 @@ pub(crate) struct Bank {
     /// Between reading a balance and writing it back: the other work a real service
     /// does there (a slow database, a call to another service).
     delay: Duration,
-    /// `false` with `BANK_UNLOCKED=1`: every update runs without its lock.
+    /// At most `BANK_MAX_STATEMENTS` statements prepared at once, across every replica.
+    statements: Semaphore,
+    /// How long a statement takes to render.
+    statement_delay: Duration,
+    /// `false` with `BANK_UNLOCKED=1`: every read and update runs without its account lock
+    /// (statements stay bounded).
     locking: bool,
 }
 
@@ -117,10 +152,22 @@ impl Bank {
             Some(url) => Store::redis(url).await.map_err(|e| e.to_string())?,
             None => Store::in_memory(),
         };
+        // A semaphore keeps the count it was first used with (for as long as its fence
+        // counter, days): storing ours makes a changed BANK_MAX_STATEMENTS apply. A replica
+        // started earlier with another count then gets LockError::Config (a 503) for its
+        // statements until it is restarted with this one.
+        let permits = config.max_statements.get();
+        let statements = locker.semaphore(STATEMENTS, permits);
+        statements
+            .set_permits(permits)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Bank {
             locker,
             store,
             delay: config.delay,
+            statements,
+            statement_delay: config.statement_delay,
             locking: config.locks,
         })
     }
@@ -129,19 +176,55 @@ impl Bank {
         &self.locker
     }
 
-    pub(crate) async fn balance(&self, id: &AccountId) -> Result<i64, BankError> {
-        Ok(self.store.balance(&id.0).await?)
+    /// The balance of the account, read under the read side of its lock.
+    pub(crate) async fn balance(&self, id: &AccountId) -> Result<Reading, BankError> {
+        if !self.locking {
+            return self.show(id, NO_FENCE).await;
+        }
+        let guard = self.locker.read(&lock_key(id)).await?;
+        let outcome = guard.scope(self.show(id, guard.fencing_token())).await;
+        release(guard.release()).await;
+        // the lock lost while reading, or the read's own outcome
+        outcome?
     }
 
-    /// Adds `amount` to the account; the caller holds the lock `balance:{id}` with
-    /// fencing token `fence` (or, with locks off, passes [`NO_FENCE`]).
-    pub(crate) async fn deposit(
-        &self,
-        id: &AccountId,
-        amount: Amount,
-        fence: u64,
-    ) -> Result<i64, BankError> {
-        self.update(id, fence, |balance| {
+    /// Reads the balance for showing it, with fencing token `fence`: see [`Store::balance`].
+    async fn show(&self, id: &AccountId, fence: u64) -> Result<Reading, BankError> {
+        let balance = self.store.balance(&id.0, fence).await?;
+        Ok(Reading {
+            balance,
+            fencing_token: fence,
+            read_at: SystemTime::now(),
+        })
+    }
+
+    /// The account's statement: its balance, read as [`balance`](Self::balance) reads it,
+    /// then rendered, which is slow; the read lock is given back first, so that updates
+    /// do not wait for the rendering. A permit of the semaphore [`STATEMENTS`] is held
+    /// throughout, waiting for one up to the lock wait (`BANK_WAIT_MS`):
+    /// [`BankError::TooManyStatements`] when none comes free.
+    pub(crate) async fn statement(&self, id: &AccountId) -> Result<Reading, BankError> {
+        let permit = match self.statements.acquire().await {
+            Ok(permit) => permit,
+            Err(e) if e.is_timeout() => {
+                let retry_after = e.retry_after();
+                return Err(BankError::TooManyStatements { retry_after });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let prepare = async {
+            let reading = self.balance(id).await?;
+            tokio::time::sleep(self.statement_delay).await;
+            Ok(reading)
+        };
+        let outcome = permit.scope(prepare).await;
+        release(permit.release()).await;
+        outcome?
+    }
+
+    /// Adds `amount` to the account.
+    pub(crate) async fn deposit(&self, id: &AccountId, amount: Amount) -> Result<i64, BankError> {
+        self.update(id, |balance| {
             balance
                 .checked_add(amount.0)
                 .ok_or_else(|| BankError::Overflow { id: id.clone() })
@@ -149,17 +232,9 @@ impl Bank {
         .await
     }
 
-    /// Takes `amount` from the account, if it holds that much; locked as [`deposit`].
-    ///
-    /// [`deposit`]: Self::deposit
-    pub(crate) async fn withdraw(
-        &self,
-        id: &AccountId,
-        amount: Amount,
-        fence: u64,
-    ) -> Result<i64, BankError> {
-        self.update(id, fence, |balance| take(id, balance, amount))
-            .await
+    /// Takes `amount` from the account, if it holds that much.
+    pub(crate) async fn withdraw(&self, id: &AccountId, amount: Amount) -> Result<i64, BankError> {
+        self.update(id, |balance| take(id, balance, amount)).await
     }
 
     /// The deliberately non-atomic read-modify-write the locks protect: read the balance,
@@ -167,14 +242,16 @@ impl Bank {
     async fn update(
         &self,
         id: &AccountId,
-        fence: u64,
         change: impl FnOnce(i64) -> Result<i64, BankError>,
     ) -> Result<i64, BankError> {
-        let [balance] = self.read([(id, fence)]).await?;
-        tokio::time::sleep(self.delay).await;
-        let balance = change(balance)?;
-        self.write(&[(id, balance, fence)]).await?;
-        Ok(balance)
+        self.under_write_locks([id], |[fence]| async move {
+            let [balance] = self.read([(id, fence)]).await?;
+            tokio::time::sleep(self.delay).await;
+            let balance = change(balance)?;
+            self.write(&[(id, balance, fence)]).await?;
+            Ok(balance)
+        })
+        .await
     }
 
     /// Moves `amount` from one account to another; returns both new balances.
@@ -187,33 +264,42 @@ impl Bank {
         if from == to {
             return Err(BankError::SameAccount);
         }
-        if self.locking {
-            self.transfer_locked(from, to, amount).await
-        } else {
-            self.move_funds(from, to, amount, (NO_FENCE, NO_FENCE))
-                .await
-        }
+        self.under_write_locks([from, to], |fences| {
+            self.move_funds(from, to, amount, fences)
+        })
+        .await
     }
 
-    /// Both accounts are locked, in one global order, so that transfer(a, b) racing
-    /// transfer(b, a), on any replica, cannot deadlock.
-    #[distributed_lock(keys = ["balance:{from}", "balance:{to}"], locker = self.locker, guard = lock)]
-    async fn transfer_locked(
+    /// Runs `update`, a read-modify-write of accounts `ids`, under the write side of their
+    /// locks, taken in one global order so that updates of the same accounts (a transfer
+    /// each way), on any replica, cannot deadlock; `update` gets each account's fencing
+    /// token, and is stopped if a lock is lost. With locks off it runs unlocked, with
+    /// [`NO_FENCE`].
+    async fn under_write_locks<const N: usize, T, F>(
         &self,
-        from: &AccountId,
-        to: &AccountId,
-        amount: Amount,
-    ) -> Result<(i64, i64), BankError> {
-        // Each account is written with the token of its own lock.
-        let fence = |id: &AccountId| {
-            let key = format!("balance:{id}");
-            match lock.get(&key) {
-                Some(guard) => Ok(guard.fencing_token()),
-                None => Err(LockError::NotHeld { key }),
-            }
-        };
-        let fences = (fence(from)?, fence(to)?);
-        self.move_funds(from, to, amount, fences).await
+        ids: [&AccountId; N],
+        update: impl FnOnce([u64; N]) -> F,
+    ) -> Result<T, BankError>
+    where
+        F: Future<Output = Result<T, BankError>>,
+    {
+        if !self.locking {
+            return update([NO_FENCE; N]).await;
+        }
+        let keys = ids.map(lock_key);
+        let write = LockOptions::new().kind(LockKind::Write);
+        let locks = self.locker.lock_all(&keys, write).await?;
+        let mut fences = [NO_FENCE; N];
+        for (fence, key) in fences.iter_mut().zip(&keys) {
+            let guard = locks
+                .get(key)
+                .ok_or_else(|| LockError::NotHeld { key: key.clone() })?;
+            *fence = guard.fencing_token();
+        }
+        let outcome = locks.scope(update(fences)).await;
+        release(locks.release()).await;
+        // a lock lost while updating, or the update's own outcome
+        outcome?
     }
 
     async fn move_funds(
@@ -221,7 +307,7 @@ impl Bank {
         from: &AccountId,
         to: &AccountId,
         amount: Amount,
-        (from_fence, to_fence): (u64, u64),
+        [from_fence, to_fence]: [u64; 2],
     ) -> Result<(i64, i64), BankError> {
         let [from_balance, to_balance] = self.read([(from, from_fence), (to, to_fence)]).await?;
         tokio::time::sleep(self.delay).await;
@@ -235,7 +321,7 @@ impl Bank {
     }
 
     /// Reads the balances of accounts for a read-modify-write, each with the fencing
-    /// token of the lock on it, which the store records; [`BankError::Stale`] if it
+    /// token of the write lock on it, which the store records; [`BankError::Stale`] if it
     /// refused a token.
     pub(crate) async fn read<const N: usize>(
         &self,
@@ -260,6 +346,14 @@ impl Bank {
         } else {
             Err(BankError::Stale)
         }
+    }
+}
+
+/// Gives a lock back once the work under it is over. That work stands (or was stopped,
+/// if the lock was lost) whatever the answer, so a failure is only logged.
+async fn release(released: impl Future<Output = Result<(), LockError>>) {
+    if let Err(e) = released.await {
+        tracing::warn!(error = %e, "giving a lock back failed");
     }
 }
 

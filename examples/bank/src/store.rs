@@ -1,13 +1,25 @@
 //! Where the balances live: this process's memory, or Redis (shared by every replica).
 //!
 //! Reads and writes are separate calls on purpose: a read-modify-write through this store
-//! is not atomic, which is what the locks are for. Both the read and the write of one
-//! carry the fencing token of the lock on the account, and the account records the newest
-//! token that has read or written it: it refuses either from an older token. Checking the
-//! write alone would not do. A holder whose lease ran out after it read, while a newer
-//! holder read the same balance, would still write (its token is newer than the last
-//! *write*'s), and the newer holder's write would then overwrite it: a deposit
-//! acknowledged, then lost.
+//! is not atomic, which is what the locks are for. Every access carries the fencing token
+//! of the lock on the account, and the account records the newest token that has read or
+//! written it.
+//!
+//! A read-modify-write (under the write side of the account's lock) is refused, at its
+//! read or at its write, when the account has seen a newer token. Checking the write alone
+//! would not do. A holder whose lease ran out after it read, while a newer holder read the
+//! same balance, would still write (its token is newer than the last *write*'s), and the
+//! newer holder's write would then overwrite it: a deposit acknowledged, then lost.
+//!
+//! A balance read for showing it (under the read side) records its token too, never
+//! lowering the one recorded, so a read-modify-write older than the read is refused after
+//! it; but the read itself is never refused. Readers share the lock, each with a token of
+//! its own, so an older reader may well reach the store after a newer one; refusing it
+//! would fail a reader that still holds its lock. It can afford not to be refused: it
+//! changes no balance, and reads each account in one step, never halfway through an update
+//! (each write is atomic). Nor can a recorded read refuse a writer that holds its lock:
+//! tokens of one lock increase with every grant, read or write, and a reader with a newer
+//! token than a writer's was granted after that writer's hold ended.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,8 +28,15 @@ use std::time::Duration;
 
 use lock_core::bb8::{Pool, RunError};
 use lock_core::bb8_redis::RedisConnectionManager;
-use lock_core::redis::{self, RedisError, Script};
+use lock_core::redis::{RedisError, Script};
 
+/// The read of [`Store::balance`] on Redis.
+static SHOW_BALANCE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("fence.lua"),
+        include_str!("show_balance.lua")
+    ))
+});
 /// The fenced read of [`Store::read`] on Redis.
 static READ_BALANCES: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
     Script::new(concat!(
@@ -49,7 +68,7 @@ pub(crate) struct Account {
 }
 
 /// One balance to read for a read-modify-write, with the fencing token of the reader's
-/// lock on that account.
+/// lock (its write side) on that account.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Read<'a> {
     pub(crate) id: &'a str,
@@ -101,26 +120,31 @@ impl Store {
         Ok(Store::Redis(pool))
     }
 
-    /// The balance of account `id`, for showing it: 0 for an account never written. A
-    /// read-modify-write reads with [`read`](Self::read).
-    pub(crate) async fn balance(&self, id: &str) -> Result<i64, StoreError> {
+    /// The balance of account `id`, for showing it (0 for an account never written), read
+    /// under the read side of its lock with fencing token `fence`, which the account
+    /// records unless it has seen a newer one. Never refused: see the module docs.
+    pub(crate) async fn balance(&self, id: &str, fence: u64) -> Result<i64, StoreError> {
         match self {
-            Store::Memory(accounts) => Ok(lock(accounts).get(id).map_or(0, |a| a.balance)),
+            Store::Memory(accounts) => {
+                let mut accounts = lock(accounts);
+                let account = accounts.entry(id.to_owned()).or_default();
+                account.fence = account.fence.max(fence);
+                Ok(account.balance)
+            }
             Store::Redis(pool) => {
+                let mut invocation = SHOW_BALANCE.prepare_invoke();
+                invocation.key(redis_key(id)).arg(fence);
                 let mut conn = pool.get().await?;
-                let balance: Option<i64> = redis::cmd("HGET")
-                    .arg(redis_key(id))
-                    .arg("balance")
-                    .query_async(&mut *conn)
-                    .await?;
+                let balance: Option<i64> = invocation.invoke_async(&mut *conn).await?;
                 Ok(balance.unwrap_or(0))
             }
         }
     }
 
-    /// Reads every balance for a read-modify-write (0 for an account never written) and
-    /// records each reader's token on its account; or, if some account has already seen
-    /// a newer token, reads and records nothing: `Ok(None)` then.
+    /// Reads every balance for a read-modify-write (0 for an account never written), under
+    /// the write side of each account's lock, and records each reader's token on its
+    /// account; or, if some account has already seen a newer token, reads and records
+    /// nothing: `Ok(None)` then.
     pub(crate) async fn read<const N: usize>(
         &self,
         reads: &[Read<'_>; N],

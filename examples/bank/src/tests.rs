@@ -2,21 +2,26 @@
 //! and the demo's locked run. Processes and replicas: `tests/replicas.rs`.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{Method, StatusCode, header};
+use axum::body::Bytes;
+use axum::http::{Method, Response, StatusCode, header};
 use axum::response::IntoResponse;
-use lock_core::LockOptions;
-use lock_tests::RedisServer;
+use lock_core::{LockKind, LockOptions};
+use lock_tests::{RedisServer, eventually};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 
 use crate::demo::{self, Http};
-use crate::service::{AccountId, Bank, BankError};
+use crate::service::{AccountId, Bank, BankError, NO_FENCE, STATEMENTS, lock_key};
 use crate::store::{Read, Store, Write};
 use crate::{Config, app};
+
+/// The bound of every wait on a condition in this file.
+const DEADLINE: Duration = Duration::from_secs(30);
 
 fn config(redis_url: Option<String>) -> Config {
     Config {
@@ -25,6 +30,8 @@ fn config(redis_url: Option<String>) -> Config {
         lease: lock_core::DEFAULT_LEASE,
         wait: Duration::from_secs(5),
         delay: Duration::from_millis(1),
+        max_statements: NonZeroU32::new(2).unwrap(),
+        statement_delay: Duration::from_millis(1),
         locks: true,
     }
 }
@@ -34,7 +41,7 @@ async fn serve(config: Config) -> (Http, Bank) {
     let bank = Bank::open(&config).await.unwrap();
     let listener = TcpListener::bind(config.addr).await.unwrap();
     let http = Http::new(listener.local_addr().unwrap());
-    let app = app::router(bank.clone(), &config);
+    let app = app::router(bank.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (http, bank)
 }
@@ -63,6 +70,17 @@ fn assert_error(status: StatusCode, body: &Value, expected: StatusCode, what: &s
     assert_eq!(status, expected, "{what}: {body}");
     let reason = body["error"].as_str().unwrap_or_default();
     assert!(!reason.is_empty(), "{what}: no reason in {body}");
+}
+
+/// A `423` with a reason and a `Retry-After` of at least a second.
+fn assert_locked(response: &Response<Bytes>, what: &str) {
+    let reply: Value = serde_json::from_slice(response.body()).unwrap();
+    assert_error(response.status(), &reply, StatusCode::LOCKED, what);
+    let retry_after = response.headers()[header::RETRY_AFTER].to_str().unwrap();
+    assert!(
+        retry_after.parse::<u64>().unwrap() >= 1,
+        "{what}: {retry_after}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -106,6 +124,7 @@ async fn bad_input_is_400_with_a_reason_and_changes_nothing() {
         (post.clone(), "/accounts/a%01b/withdraw", r#"{"amount": 1}"#),
         (post.clone(), "/accounts/%FF/deposit", r#"{"amount": 1}"#),
         (Method::GET, "/accounts/%C3%BC", ""),
+        (Method::GET, "/accounts/a.b/statement", ""),
         (
             post.clone(),
             "/transfers",
@@ -230,21 +249,134 @@ async fn a_held_account_is_423_with_retry_after() {
         ..config(None)
     })
     .await;
-    let held = bank.locker().lock("balance:alice").await.unwrap();
-
     let transfer = r#"{"from": "bob", "to": "alice", "amount": 1}"#;
-    let (path, body) = ("/accounts/alice/deposit", r#"{"amount": 1}"#);
-    for (path, body) in [(path, body), ("/transfers", transfer)] {
-        let response = http.send(Method::POST, path, Some(body)).await.unwrap();
-        let reply: Value = serde_json::from_slice(response.body()).unwrap();
-        assert_error(response.status(), &reply, StatusCode::LOCKED, path);
-        let retry_after = response.headers()[header::RETRY_AFTER].to_str().unwrap();
-        assert!(retry_after.parse::<u64>().unwrap() >= 1, "{retry_after}");
+    let requests = [
+        (Method::GET, "/accounts/alice", None),
+        (
+            Method::POST,
+            "/accounts/alice/deposit",
+            Some(r#"{"amount": 1}"#),
+        ),
+        (Method::POST, "/transfers", Some(transfer)),
+    ];
+    let key = lock_key(&AccountId::parse("alice").unwrap());
+    for held in [LockKind::Read, LockKind::Write] {
+        let opts = LockOptions::new().kind(held);
+        let guard = bank.locker().lock_with(&key, opts).await.unwrap();
+        for (method, path, body) in &requests {
+            let response = http.send(method.clone(), path, *body).await.unwrap();
+            let what = format!("{method} {path} while held as {held}");
+            if held == LockKind::Read && method == Method::GET {
+                assert_eq!(response.status(), StatusCode::OK, "{what}: reads share");
+            } else {
+                assert_locked(&response, &what);
+            }
+        }
+        guard.release().await.unwrap();
     }
-
-    held.release().await.unwrap();
     assert_eq!(deposit(&http, "alice", 1).await.0, StatusCode::OK);
     assert_eq!(balance(&http, "alice").await, 1);
+}
+
+/// Reads of one account go in together; a deposit waits until the last has gone.
+async fn reads_share_an_account_and_a_deposit_waits_for_them(redis_url: Option<String>) {
+    let (http, bank) = serve(config(redis_url)).await;
+    assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
+    let key = lock_key(&AccountId::parse("alice").unwrap());
+    let read = bank.locker().read(&key).await.unwrap();
+    // Were reads exclusive, these would wait the whole 5 s wait, then answer 423.
+    assert_eq!(balance(&http, "alice").await, 5);
+    let (status, body) = call(&http, Method::GET, "/accounts/alice/statement", None).await;
+    assert_eq!(
+        (status, body["balance"].as_i64()),
+        (StatusCode::OK, Some(5))
+    );
+
+    let update = tokio::spawn({
+        let http = http.clone();
+        async move { deposit(&http, "alice", 1).await }
+    });
+    // Writers are preferred: once the deposit waits for the write side, a new reader
+    // (in a task of its own: this one's read would re-enter) waits behind it.
+    eventually(DEADLINE, "the deposit to wait for the read", || {
+        let (locker, key) = (bank.locker().clone(), key.clone());
+        let read = LockOptions::new().kind(LockKind::Read);
+        let attempt = tokio::spawn(async move { locker.try_lock_with(&key, read).await });
+        async move { attempt.await.unwrap().unwrap().is_none() }
+    })
+    .await;
+    assert!(
+        !update.is_finished(),
+        "the deposit went in while a read held"
+    );
+    read.release().await.unwrap();
+    let (status, body) = update.await.unwrap();
+    assert_eq!(
+        (status, body["balance"].as_i64()),
+        (StatusCode::OK, Some(6))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_share_an_account_and_a_deposit_waits_for_them_in_memory() {
+    reads_share_an_account_and_a_deposit_waits_for_them(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_share_an_account_and_a_deposit_waits_for_them_on_redis() {
+    let redis = RedisServer::spawn();
+    reads_share_an_account_and_a_deposit_waits_for_them(Some(redis.url())).await;
+}
+
+/// With both statement permits held (as two statements in flight hold them), a third
+/// statement answers 423 with `Retry-After`; once one is given back, it goes through.
+async fn statements_beyond_the_bound_are_423(redis_url: Option<String>) {
+    let (http, bank) = serve(Config {
+        wait: Duration::from_millis(100),
+        ..config(redis_url)
+    })
+    .await;
+    assert_eq!(deposit(&http, "alice", 70).await.0, StatusCode::OK);
+    let statements = bank.locker().semaphore(STATEMENTS, 2);
+    let first = statements.acquire().await.unwrap();
+    let _second = statements.acquire().await.unwrap();
+
+    let path = "/accounts/alice/statement";
+    let response = http.send(Method::GET, path, None).await.unwrap();
+    assert_locked(&response, "a third statement");
+    assert_eq!(
+        balance(&http, "alice").await,
+        70,
+        "balances are not bounded"
+    );
+
+    first.release().await.unwrap();
+    let (status, body) = call(&http, Method::GET, path, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (body["id"].as_str(), body["balance"].as_i64()),
+        (Some("alice"), Some(70))
+    );
+    let fencing_token = body["fencing_token"].as_u64().unwrap();
+    assert!(fencing_token > NO_FENCE, "{body}");
+    assert!(body["as_of_unix_ms"].as_u64().unwrap() > 0, "{body}");
+    let (_, again) = call(&http, Method::GET, path, None).await;
+    let newer = again["fencing_token"].as_u64().unwrap();
+    assert!(
+        newer > fencing_token,
+        "each read draws a newer token: {again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statements_beyond_the_bound_are_423_in_memory() {
+    statements_beyond_the_bound_are_423(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statements_beyond_the_bound_are_423_on_redis() {
+    let redis = RedisServer::spawn();
+    statements_beyond_the_bound_are_423(Some(redis.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -269,14 +401,16 @@ async fn redis_down_is_503() {
         ),
         (Method::POST, "/transfers", Some(transfer)),
         (Method::GET, "/accounts/alice", None),
+        (Method::GET, "/accounts/alice/statement", None),
     ] {
         let (status, reply) = call(&http, method, path, body).await;
         assert_error(status, &reply, StatusCode::SERVICE_UNAVAILABLE, path);
     }
 }
 
-/// Fencing: a read or a write under an older token than the account has seen changes
-/// nothing, and a read records its token.
+/// Fencing: a read-modify-write's read or write under an older token than the account has
+/// seen changes nothing, and its read records its token; a read for showing records its
+/// token too, never lowering the one recorded, and is never refused.
 async fn check_fencing(store: &Store) {
     let write = |id, balance, fence| Write { id, balance, fence };
     let read = |id, fence| Read { id, fence };
@@ -294,8 +428,8 @@ async fn check_fencing(store: &Store) {
     assert!(!store.write(&both).await.unwrap());
     assert_eq!(
         (
-            store.balance("a").await.unwrap(),
-            store.balance("b").await.unwrap()
+            store.balance("a", NO_FENCE).await.unwrap(),
+            store.balance("b", NO_FENCE).await.unwrap()
         ),
         (30, 0)
     );
@@ -303,7 +437,7 @@ async fn check_fencing(store: &Store) {
     assert!(store.write(&[write("c", 1, u64::MAX - 1)]).await.unwrap());
     assert!(!store.write(&[write("c", 2, u64::MAX - 2)]).await.unwrap());
     assert!(store.write(&[write("c", 3, u64::MAX)]).await.unwrap());
-    assert_eq!(store.balance("c").await.unwrap(), 3);
+    assert_eq!(store.balance("c", NO_FENCE).await.unwrap(), 3);
 
     // a read records its token: from then on, an older one can neither write nor read
     assert_eq!(store.read(&[read("a", 6)]).await.unwrap(), Some([30]));
@@ -326,6 +460,20 @@ async fn check_fencing(store: &Store) {
         store.read(&[read("d", 8), read("new", 1)]).await.unwrap(),
         Some([7, 0])
     );
+
+    // readers share the lock: an older one may come after a newer one, and is not refused
+    assert_eq!(store.balance("d", 10).await.unwrap(), 7);
+    assert_eq!(store.balance("d", 9).await.unwrap(), 7, "an older reader");
+    assert!(
+        !store.write(&[write("d", 1, 9)]).await.unwrap(),
+        "older than a read: the older reader did not lower the token recorded"
+    );
+    assert_eq!(store.read(&[read("d", 9)]).await.unwrap(), None);
+    assert!(
+        store.write(&[write("d", 8, 11)]).await.unwrap(),
+        "a writer after the readers"
+    );
+    assert_eq!(store.balance("d", NO_FENCE).await.unwrap(), 8);
 }
 
 #[tokio::test]
@@ -339,8 +487,14 @@ async fn the_store_refuses_stale_fencing_tokens_on_redis() {
     check_fencing(&Store::redis(&redis.url()).await.unwrap()).await;
 }
 
-/// The lease the first holder takes in [`a_stale_holder_cannot_lose_a_deposit`].
-const SHORT_LEASE: Duration = Duration::from_millis(200);
+/// The write side of an account's lock, on a short lease that nothing renews: its holder
+/// goes on past it.
+fn stale_write() -> LockOptions {
+    LockOptions::new()
+        .kind(LockKind::Write)
+        .lease(Duration::from_millis(200))
+        .watchdog(false)
+}
 
 /// Two deposits to one account, by holders A and B of its lock, in this order: A reads
 /// the balance, then stops past its lease (a held guard whose lease nothing renews); B
@@ -349,15 +503,14 @@ const SHORT_LEASE: Duration = Duration::from_millis(200);
 async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
     let bank = Bank::open(&config).await.unwrap();
     let id = AccountId::parse("alice").unwrap();
-    let key = format!("balance:{id}");
+    let key = lock_key(&id);
     let (a_deposit, b_deposit) = (10, 1);
     // A and B each wait here for the other's step.
     let steps = Arc::new(Barrier::new(2));
     let a = tokio::spawn({
         let (bank, id, key, steps) = (bank.clone(), id.clone(), key.clone(), steps.clone());
         async move {
-            let opts = LockOptions::new().lease(SHORT_LEASE).watchdog(false);
-            let guard = bank.locker().lock_with(&key, opts).await.unwrap();
+            let guard = bank.locker().lock_with(&key, stale_write()).await.unwrap();
             let fence = guard.fencing_token();
             let [balance] = bank.read([(&id, fence)]).await.unwrap(); // 1
             guard.lost().await;
@@ -369,7 +522,7 @@ async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
         }
     });
     steps.wait().await;
-    let guard = bank.locker().lock(&key).await.unwrap();
+    let guard = bank.locker().write(&key).await.unwrap();
     let fence = guard.fencing_token();
     let [balance] = bank.read([(&id, fence)]).await.unwrap(); // 2
     steps.wait().await;
@@ -382,7 +535,7 @@ async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
     let a_written = a.await.unwrap();
     let acknowledged = b_deposit + if a_written.is_ok() { a_deposit } else { 0 };
     assert_eq!(
-        bank.balance(&id).await.unwrap(),
+        bank.balance(&id).await.unwrap().balance,
         acknowledged,
         "a deposit was lost"
     );
@@ -401,6 +554,39 @@ async fn a_stale_holder_cannot_lose_a_deposit_in_memory() {
 async fn a_stale_holder_cannot_lose_a_deposit_on_redis() {
     let redis = RedisServer::spawn();
     a_stale_holder_cannot_lose_a_deposit(config(Some(redis.url()))).await;
+}
+
+/// A writer reads the balance, then stops past its lease; a reader takes the read side
+/// and shows the balance, with a newer token; the writer's write, after that read, is
+/// refused.
+async fn a_write_after_a_newer_read_is_refused(config: Config) {
+    let bank = Bank::open(&config).await.unwrap();
+    let id = AccountId::parse("alice").unwrap();
+    let writer = bank
+        .locker()
+        .lock_with(&lock_key(&id), stale_write())
+        .await
+        .unwrap();
+    let fence = writer.fencing_token();
+    let [balance] = bank.read([(&id, fence)]).await.unwrap();
+    writer.lost().await;
+    // A lost hold is not re-entered: this read takes the read side anew.
+    let reading = bank.balance(&id).await.unwrap();
+    assert!(reading.fencing_token > fence, "{reading:?} after {fence}");
+    let written = bank.write(&[(&id, balance + 10, fence)]).await;
+    assert!(matches!(written, Err(BankError::Stale)), "{written:?}");
+    assert_eq!(bank.balance(&id).await.unwrap().balance, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_after_a_newer_read_is_refused_in_memory() {
+    a_write_after_a_newer_read_is_refused(config(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_after_a_newer_read_is_refused_on_redis() {
+    let redis = RedisServer::spawn();
+    a_write_after_a_newer_read_is_refused(config(Some(redis.url()))).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

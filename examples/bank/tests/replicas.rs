@@ -1,6 +1,6 @@
 //! Bank replicas as real processes (this package's binary) sharing one spawned
-//! redis-server: concurrent updates spread over both, a replica killed while it holds
-//! locks, and a graceful shutdown.
+//! redis-server: concurrent updates spread over both, one bound on the statements of both,
+//! a replica killed while it holds locks, and a graceful shutdown.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -40,6 +40,8 @@ impl Replica {
             "BANK_LEASE_MS",
             "BANK_WAIT_MS",
             "BANK_DELAY_MS",
+            "BANK_MAX_STATEMENTS",
+            "BANK_STATEMENT_DELAY_MS",
             "BANK_UNLOCKED",
         ] {
             command.env_remove(var);
@@ -114,7 +116,8 @@ fn http() -> Http {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-/// One request; `Err` when the connection fails (the replica died).
+/// The status and JSON body of one request's answer; `Err` when the connection fails (the
+/// replica died).
 async fn send(
     http: &Http,
     method: Method,
@@ -122,6 +125,18 @@ async fn send(
     path: &str,
     body: Option<String>,
 ) -> Result<(StatusCode, Value), String> {
+    let response = request(http, method, addr, path, body).await?;
+    Ok((response.status(), response.into_body()))
+}
+
+/// One request's answer, with its JSON body; `Err` when the connection fails.
+async fn request(
+    http: &Http,
+    method: Method,
+    addr: SocketAddr,
+    path: &str,
+    body: Option<String>,
+) -> Result<Response<Value>, String> {
     let request = Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"))
@@ -133,7 +148,7 @@ async fn send(
         let (parts, body) = response.into_parts();
         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
         let json = serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
-        Ok((parts.status, json))
+        Ok(Response::from_parts(parts, json))
     };
     tokio::time::timeout(DEADLINE, exchange)
         .await
@@ -221,6 +236,12 @@ async fn run(http: &Http, replicas: &[SocketAddr], ops: Vec<Op>, concurrency: us
     done
 }
 
+/// How many statement permits are held, on every replica together.
+fn statement_permits_held(redis: &RedisServer) -> i64 {
+    let holders = redis.cmd(&["ZCARD", "lock:{statements}:holders"]).unwrap();
+    holders.as_int().unwrap()
+}
+
 fn lock_exists(redis: &RedisServer, account: &str) -> bool {
     let key = format!("lock:{{balance:{account}}}");
     redis.cmd(&["EXISTS", &key]).unwrap().as_int() == Some(1)
@@ -280,6 +301,56 @@ async fn two_replicas_keep_every_balance_exact() {
     );
     let transfers = done.iter().filter(|op| matches!(op, Op::Transfer(..)));
     assert!(transfers.count() > 0, "some transfers went through");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_share_one_bound_on_statements() {
+    let redis = RedisServer::spawn();
+    let env = [
+        ("BANK_MAX_STATEMENTS", "2"),
+        // the statements in flight outlast the test
+        ("BANK_STATEMENT_DELAY_MS", "600000"),
+        ("BANK_WAIT_MS", "200"),
+    ];
+    let a = Replica::start("a", &redis, &env);
+    let b = Replica::start("b", &redis, &env);
+    let http = http();
+
+    // One statement in flight on each replica takes both permits.
+    let in_flight = [a.addr, b.addr].map(|addr| {
+        let http = http.clone();
+        tokio::spawn(
+            async move { send(&http, Method::GET, addr, "/accounts/x/statement", None).await },
+        )
+    });
+    eventually(
+        DEADLINE,
+        "a statement in flight on each replica",
+        || async { statement_permits_held(&redis) == 2 },
+    )
+    .await;
+    // Each replica has one statement in flight: were the bound per replica, each would
+    // take a second.
+    for addr in [a.addr, b.addr] {
+        let path = "/accounts/y/statement";
+        let response = request(&http, Method::GET, addr, path, None).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::LOCKED,
+            "{:?}",
+            response.body()
+        );
+        let retry_after = &response.headers()[header::RETRY_AFTER];
+        let retry_after: u64 = retry_after.to_str().unwrap().parse().unwrap();
+        assert!(retry_after >= 1, "{addr}: Retry-After: {retry_after}");
+        assert_eq!(
+            balance(&http, addr, "y").await,
+            0,
+            "balances are not bounded"
+        );
+    }
+    assert_eq!(statement_permits_held(&redis), 2);
+    in_flight.iter().for_each(|statement| statement.abort());
 }
 
 #[tokio::test(flavor = "multi_thread")]
