@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use http::{Method, StatusCode};
-use lock_core::Locker;
+use lock_core::{LockKind, Locker};
 use tower_layer::Layer;
 
 use crate::key::{KeyExtractor, KeyTemplate, TemplateError};
@@ -28,13 +28,35 @@ pub(crate) struct Config {
     pub(crate) contended: StatusCode,
     pub(crate) methods: Vec<Method>,
     pub(crate) hold_until_body_end: bool,
-    pub(crate) fair: bool,
+    pub(crate) mode: Mode,
     pub(crate) error_handler: Option<ErrorHandler>,
+}
+
+/// How a layer's requests lock their key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// One request at a time: [`LockKind::Exclusive`].
+    Exclusive,
+    /// One request at a time, first come first served: [`LockKind::Fair`].
+    Fair,
+    /// Safe methods (GET, HEAD, OPTIONS) share the key as readers; the others take it
+    /// alone, as writers.
+    ReadWrite,
 }
 
 impl Config {
     pub(crate) fn locks(&self, method: &Method) -> bool {
         self.methods.contains(method)
+    }
+
+    /// The kind of lock a request with `method` takes.
+    pub(crate) fn kind(&self, method: &Method) -> LockKind {
+        match self.mode {
+            Mode::Exclusive => LockKind::Exclusive,
+            Mode::Fair => LockKind::Fair,
+            Mode::ReadWrite if is_safe(method) => LockKind::Read,
+            Mode::ReadWrite => LockKind::Write,
+        }
     }
 
     pub(crate) fn reject(&self, rejection: LockRejection) -> Response {
@@ -55,7 +77,7 @@ impl fmt::Debug for Config {
             .field("contended", &self.contended)
             .field("methods", &self.methods)
             .field("hold_until_body_end", &self.hold_until_body_end)
-            .field("fair", &self.fair)
+            .field("mode", &self.mode)
             .field("error_handler", &self.error_handler.as_ref().map(|_| ".."))
             .finish()
     }
@@ -64,7 +86,11 @@ impl fmt::Debug for Config {
 /// Runs each request under a distributed lock named from the request: see the
 /// [crate docs](crate) for an example and for why it belongs in [`Router::route_layer`].
 ///
-/// Defaults: POST, PUT, PATCH and DELETE lock (other methods pass through unlocked), a
+/// [`new`](Self::new) takes an exclusive lock ([`fair`](Self::fair) for a fair one);
+/// [`read_write`](Self::read_write) a read-write lock, whose read side safe methods share.
+///
+/// Defaults: POST, PUT, PATCH and DELETE lock (every method, for a read-write layer;
+/// other methods pass through unlocked), a
 /// request waits up to 5 s ([`DEFAULT_WAIT`]), then gets `423 Locked` with `Retry-After`;
 /// the lease is the [`Locker`]'s default, renewed by lock-core's watchdog while the
 /// request runs; the lock is released as soon as the handler's response is produced.
@@ -97,6 +123,72 @@ impl LockLayer {
         Ok(Self::with_extractor(locker, KeyTemplate::parse(template)?))
     }
 
+    /// A layer that locks the key built from `template` as a read-write lock: requests
+    /// with a safe method (GET, HEAD, OPTIONS) take its read side, which they share with
+    /// each other; the others take its write side, alone. Every method locks by default;
+    /// [`methods`](Self::methods) still chooses which do. Writers are preferred: a read
+    /// that comes after a write began to wait goes in after it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    ///
+    /// use axum::Router;
+    /// use axum::body::Body;
+    /// use axum::routing::get;
+    /// use http::{Request, StatusCode};
+    /// use lock_axum::LockLayer;
+    /// use lock_core::Locker;
+    /// use tower::ServiceExt;
+    ///
+    /// let locker = Locker::in_memory();
+    /// let app = Router::new()
+    ///     .route("/docs/{id}", get(|| async { "the document" }).put(|| async { "saved" }))
+    ///     .route_layer(LockLayer::read_write(locker.clone(), "doc:{id}").wait(Duration::ZERO));
+    ///
+    /// // Another reader holds the document: a read goes on, a write has to wait.
+    /// let _reader = locker.read("doc:7").await.unwrap();
+    /// let read = Request::get("/docs/7").body(Body::empty()).unwrap();
+    /// let response = tokio::spawn(app.clone().oneshot(read)).await.unwrap().unwrap();
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// let write = Request::put("/docs/7").body(Body::empty()).unwrap();
+    /// let response = tokio::spawn(app.oneshot(write)).await.unwrap().unwrap();
+    /// assert_eq!(response.status(), StatusCode::LOCKED);
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the template is malformed, as [`new`](Self::new) does; use
+    /// [`try_read_write`](Self::try_read_write) for a template that is not a literal in
+    /// the code.
+    #[track_caller]
+    pub fn read_write(locker: Locker, template: &str) -> Self {
+        match Self::try_read_write(locker, template) {
+            Ok(layer) => layer,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    /// [`read_write`](Self::read_write) that returns the template error instead of
+    /// panicking.
+    pub fn try_read_write(locker: Locker, template: &str) -> Result<Self, TemplateError> {
+        let mut layer = Self::try_new(locker, template)?;
+        let config = layer.config();
+        config.mode = Mode::ReadWrite;
+        config.methods = vec![
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ];
+        Ok(layer)
+    }
+
     /// A layer that asks `extractor` for each request's lock name.
     pub fn with_extractor(locker: Locker, extractor: impl KeyExtractor) -> Self {
         LockLayer {
@@ -108,7 +200,7 @@ impl LockLayer {
                 contended: StatusCode::LOCKED,
                 methods: vec![Method::POST, Method::PUT, Method::PATCH, Method::DELETE],
                 hold_until_body_end: false,
-                fair: false,
+                mode: Mode::Exclusive,
                 error_handler: None,
             }),
         }
@@ -168,8 +260,24 @@ impl LockLayer {
     /// Serves the requests waiting for one lock first come first served, across every
     /// replica (default `false`: whoever asks first after a release wins). See
     /// [`LockOptions::fair`](lock_core::LockOptions::fair).
+    ///
+    /// # Panics
+    ///
+    /// `fair(true)` on a [`read_write`](Self::read_write) layer: a read-write lock has no
+    /// fair mode (it prefers writers instead), and taking another kind of lock than the
+    /// layer was made for would silently change what it guarantees.
+    #[track_caller]
     pub fn fair(mut self, fair: bool) -> Self {
-        self.config().fair = fair;
+        let config = self.config();
+        config.mode = match (config.mode, fair) {
+            (Mode::ReadWrite, true) => panic!(
+                "LockLayer::fair(true) on a read-write layer: a read-write lock has no fair \
+                 mode; use LockLayer::new(..).fair(true) for a fair exclusive lock"
+            ),
+            (Mode::ReadWrite, false) => Mode::ReadWrite,
+            (_, true) => Mode::Fair,
+            (_, false) => Mode::Exclusive,
+        };
         self
     }
 
@@ -206,4 +314,9 @@ impl<S> Layer<S> for LockLayer {
     fn layer(&self, inner: S) -> Self::Service {
         LockService::from_config(inner, self.config.clone())
     }
+}
+
+/// Whether `method` is safe: it only reads, so its requests share a read-write lock.
+fn is_safe(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::OPTIONS].contains(method)
 }

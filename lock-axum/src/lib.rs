@@ -44,6 +44,12 @@
 //! # }
 //! ```
 //!
+//! # Readers and writers
+//!
+//! [`LockLayer::read_write`] takes a read-write lock: GET, HEAD and OPTIONS requests share
+//! its read side, the others take its write side alone, so reads of one resource run
+//! together and never see a write halfway. See its docs for an example.
+//!
 //! # Naming the lock
 //!
 //! [`LockLayer::new`] takes a [`KeyTemplate`]: literal text with `{name}` (a path

@@ -178,7 +178,9 @@ async fn acquire(config: &Config, parts: &mut Parts) -> Result<Option<LockGuard>
     let Some(key) = key? else {
         return Ok(None);
     };
-    let mut options = LockOptions::new().wait(config.wait).fair(config.fair);
+    let mut options = LockOptions::new()
+        .wait(config.wait)
+        .kind(config.kind(&parts.method));
     if let Some(lease) = config.lease {
         options = options.lease(lease);
     }

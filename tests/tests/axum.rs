@@ -23,7 +23,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lock_axum::{HeldLock, LockLayer, LockRejection};
-use lock_core::{LockOptions, Locker};
+use lock_core::{LockKind, LockOptions, Locker};
 use lock_tests::RedisServer;
 use tokio::sync::{Barrier, mpsc};
 
@@ -842,4 +842,145 @@ async fn a_lease_lost_mid_handler_stops_the_handler_with_503() {
         0,
         "the handler ran on unlocked"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// the read-write layer
+
+/// A document route under `LockLayer::read_write`: GET waits at `readers` while holding
+/// its read lock (when given), PUT counts the writers inside.
+fn document_app(
+    layer: LockLayer,
+    readers: Option<Arc<Barrier>>,
+    writers: Arc<AtomicUsize>,
+) -> Router {
+    let read = move || {
+        let readers = readers.clone();
+        async move {
+            if let Some(readers) = readers {
+                tokio::time::timeout(DEADLINE, readers.wait())
+                    .await
+                    .expect("the other reader never came in");
+            }
+            "the document"
+        }
+    };
+    let write = move || {
+        let writers = writers.clone();
+        async move {
+            let inside = writers.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::task::yield_now().await;
+            writers.fetch_sub(1, Ordering::SeqCst);
+            inside.to_string()
+        }
+    };
+    Router::new()
+        .route("/docs/{id}", get(read).put(write))
+        .route_layer(layer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_layer_lets_reads_share_and_writes_exclude() {
+    let redis = RedisServer::spawn();
+    let locker = connect(&redis).await;
+    let client = client();
+
+    // Two GETs of one document are inside the handler at once: each waits for the other.
+    let readers = Arc::new(Barrier::new(2));
+    let layer = LockLayer::read_write(locker.clone(), "doc:{id}");
+    let addr = serve(document_app(layer, Some(readers), Arc::default())).await;
+    let gets = [0, 1].map(|_| {
+        let client = client.clone();
+        tokio::spawn(async move { send(&client, request(Method::GET, addr, "/docs/1")).await })
+    });
+    for get in gets {
+        assert_eq!(get.await.unwrap().status, StatusCode::OK);
+    }
+
+    // A PUT waits for a held read, and is turned away at the end of its wait with the
+    // reader's lease left as Retry-After.
+    let layer = LockLayer::read_write(locker.clone(), "doc:{id}").wait(Duration::from_millis(200));
+    let addr = serve(document_app(layer, None, Arc::default())).await;
+    let lease = Duration::from_secs(8);
+    let read = locker
+        .lock_with(
+            "doc:2",
+            LockOptions::new().kind(LockKind::Read).lease(lease),
+        )
+        .await
+        .unwrap();
+    let reply = send(&client, request(Method::GET, addr, "/docs/2")).await;
+    assert_eq!(reply.status, StatusCode::OK, "a read waited for a read");
+    let reply = send(&client, request(Method::PUT, addr, "/docs/2")).await;
+    assert_eq!(reply.status, StatusCode::LOCKED, "{reply:?}");
+    let retry_after: u64 = reply.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=8).contains(&retry_after), "Retry-After: {retry_after}");
+    read.release().await.unwrap();
+    let reply = send(&client, request(Method::PUT, addr, "/docs/2")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+
+    // A held write turns GETs away too.
+    let write = locker.write("doc:3").await.unwrap();
+    let reply = send(&client, request(Method::GET, addr, "/docs/3")).await;
+    assert_eq!(reply.status, StatusCode::LOCKED, "{reply:?}");
+    write.release().await.unwrap();
+
+    // PUTs exclude each other: never two writers inside.
+    let writers = Arc::new(AtomicUsize::new(0));
+    let layer = LockLayer::read_write(locker.clone(), "doc:{id}");
+    let addr = serve(document_app(layer, None, writers)).await;
+    let puts: Vec<_> = (0..16)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { send(&client, request(Method::PUT, addr, "/docs/4")).await })
+        })
+        .collect();
+    for put in puts {
+        let reply = put.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.body, "1", "two writers inside at once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_layer_locks_only_the_methods_it_is_given() {
+    let locker = Locker::in_memory();
+    let client = client();
+    let layer = LockLayer::read_write(locker.clone(), "doc:{id}")
+        .methods([Method::PUT])
+        .wait(Duration::ZERO);
+    let addr = serve(document_app(layer, None, Arc::default())).await;
+    let write = locker.write("doc:5").await.unwrap();
+    let reply = send(&client, request(Method::GET, addr, "/docs/5")).await;
+    assert_eq!(reply.status, StatusCode::OK, "GET took a lock");
+    let reply = send(&client, request(Method::PUT, addr, "/docs/5")).await;
+    assert_eq!(reply.status, StatusCode::LOCKED);
+    write.release().await.unwrap();
+}
+
+#[test]
+fn a_read_write_layer_refuses_bad_templates_and_fairness() {
+    let locker = Locker::in_memory();
+    let err = LockLayer::try_read_write(locker.clone(), "doc:{id").unwrap_err();
+    assert!(err.to_string().contains("doc:{id"), "{err}");
+    let panicked =
+        std::panic::catch_unwind(|| LockLayer::read_write(Locker::in_memory(), "doc:{id"));
+    assert!(panicked.is_err(), "a bad template was accepted");
+    let fair = std::panic::catch_unwind(|| {
+        LockLayer::read_write(Locker::in_memory(), "doc:{id}").fair(true)
+    });
+    let message = fair.unwrap_err();
+    let message = message
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| message.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    assert!(message.contains("read-write"), "{message}");
+    // fair(false) on a read-write layer changes nothing; fair(true) on an exclusive one is fine
+    let _ = LockLayer::read_write(locker.clone(), "doc:{id}").fair(false);
+    let _ = LockLayer::new(locker, "doc:{id}").fair(true);
 }
