@@ -260,7 +260,7 @@ pub use lock_macros::distributed_lock;
 /// What `#[distributed_lock]` expands to. Not public API: no stability guarantees.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::{LockError, LockGuard, LockOptions, Locker, MultiGuard};
+    pub use crate::{LockError, LockGuard, LockKind, LockOptions, Locker, MultiGuard};
     pub use std::time::Duration;
 
     /// The locker set with [`Locker::set_global`], or the error saying how to set one.

@@ -2,7 +2,7 @@
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, LitBool, LitStr, Path, Token, bracketed};
+use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token, bracketed};
 
 use crate::template::Template;
 
@@ -15,11 +15,12 @@ mod kw {
     syn::custom_keyword!(watchdog);
     syn::custom_keyword!(guard);
     syn::custom_keyword!(mode);
+    syn::custom_keyword!(permits);
 }
 
 /// Every option, as listed in errors.
 const VALID: &str =
-    "`key`, `keys`, `locker`, `wait`, `lease`, `watchdog`, `mode`, `guard`, `crate`";
+    "`key`, `keys`, `locker`, `wait`, `lease`, `watchdog`, `mode`, `permits`, `guard`, `crate`";
 
 /// What the lock is taken on.
 #[derive(Debug)]
@@ -37,13 +38,23 @@ pub(crate) struct Millis {
     pub(crate) span: Span,
 }
 
-/// `mode = ".."`: how the lock is taken.
+/// `mode = ".."`: how the lock is taken. Without it, the lock is exclusive: whoever asks
+/// first after a release wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// `"write"`, the default: exclusive; whoever asks first after a release wins.
+    /// `"read"`: the read side of a read-write lock, shared with other readers.
+    Read,
+    /// `"write"`: the write side of a read-write lock.
     Write,
     /// `"fair"`: exclusive, first come first served.
     Fair,
+}
+
+/// `permits = N`: a permit of a semaphore of N, and where N was written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Permits {
+    pub(crate) n: u32,
+    pub(crate) span: Span,
 }
 
 /// The parsed arguments of `#[distributed_lock(..)]`.
@@ -54,6 +65,7 @@ pub(crate) struct Args {
     pub(crate) lease: Option<Millis>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) mode: Option<(Mode, Span)>,
+    pub(crate) permits: Option<Permits>,
     pub(crate) guard: Option<Ident>,
     pub(crate) krate: Option<Path>,
 }
@@ -66,6 +78,7 @@ impl Parse for Args {
         let mut lease = None;
         let mut watchdog = None;
         let mut mode = None;
+        let mut permits = None;
         let mut guard = None;
         let mut krate = None;
 
@@ -159,22 +172,39 @@ impl Parse for Args {
                 input.parse::<Token![=]>()?;
                 let lit = input.parse::<LitStr>()?;
                 let parsed = match lit.value().as_str() {
+                    "read" => Mode::Read,
                     "write" => Mode::Write,
                     "fair" => Mode::Fair,
-                    "read" => {
-                        return Err(syn::Error::new(
-                            lit.span(),
-                            "`mode = \"read\"` is not supported yet: lock-core has no read-write lock",
-                        ));
-                    }
                     other => {
                         return Err(syn::Error::new(
                             lit.span(),
-                            format!("unknown mode {other:?}; expected \"write\" or \"fair\""),
+                            format!(
+                                "unknown mode {other:?}; expected \"read\", \"write\" or \"fair\""
+                            ),
                         ));
                     }
                 };
                 set(&mut mode, (parsed, lit.span()), k.span, "mode")?;
+            } else if lookahead.peek(kw::permits) {
+                let k = input.parse::<kw::permits>()?;
+                input.parse::<Token![=]>()?;
+                let lit = input.parse::<LitInt>().map_err(|e| {
+                    syn::Error::new(e.span(), "expected a number of permits, e.g. `permits = 3`")
+                })?;
+                let n = lit.base10_parse::<u32>().map_err(|_| {
+                    syn::Error::new(
+                        lit.span(),
+                        "a semaphore's permits are a whole number up to 4294967295",
+                    )
+                })?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "`permits = 0` would admit no one: a semaphore needs at least one permit",
+                    ));
+                }
+                let span = lit.span();
+                set(&mut permits, Permits { n, span }, k.span, "permits")?;
             } else if input.peek(Ident) {
                 let unknown: Ident = input.parse()?;
                 return Err(syn::Error::new(
@@ -196,6 +226,20 @@ impl Parse for Args {
                 "missing lock key: add `key = \"name:{arg}\"` (or `keys = [..]` for several locks)",
             ));
         };
+        if let Some(permits) = permits {
+            if mode.is_some() {
+                return Err(syn::Error::new(
+                    permits.span,
+                    "`permits` takes a semaphore's permit, which has no `mode`: give one or the other",
+                ));
+            }
+            if matches!(keys, Keys::Many(_)) {
+                return Err(syn::Error::new(
+                    permits.span,
+                    "`permits` takes a permit of one semaphore: use `key = \"..\"`, not `keys = [..]`",
+                ));
+            }
+        }
         Ok(Self {
             keys,
             locker,
@@ -203,6 +247,7 @@ impl Parse for Args {
             lease,
             watchdog,
             mode,
+            permits,
             guard,
             krate,
         })
@@ -332,6 +377,19 @@ mod tests {
     }
 
     #[test]
+    fn modes_and_permits() {
+        let mode = |tokens| args(tokens).unwrap().mode.map(|(mode, _)| mode);
+        assert_eq!(mode(quote!(key = "a")), None);
+        assert_eq!(mode(quote!(key = "a", mode = "read")), Some(Mode::Read));
+        assert_eq!(mode(quote!(key = "a", mode = "write")), Some(Mode::Write));
+        assert_eq!(mode(quote!(key = "a", mode = "fair")), Some(Mode::Fair));
+        let a = args(quote!(key = "a", permits = 3)).unwrap();
+        assert_eq!(a.permits.unwrap().n, 3);
+        let a = args(quote!(keys = ["a", "b"], mode = "read")).unwrap();
+        assert_eq!(a.mode.map(|(mode, _)| mode), Some(Mode::Read));
+    }
+
+    #[test]
     fn several_keys() {
         let a = args(quote!(keys = ["a:{x}", "b:{y}"])).unwrap();
         assert!(matches!(&a.keys, Keys::Many(t) if t.len() == 2));
@@ -366,8 +424,17 @@ mod tests {
             err(quote!(key = "a", timeout = "1s"))
                 .contains("unknown option `timeout`; valid options: `key`")
         );
-        assert!(err(quote!(key = "a", mode = "read")).contains("no read-write lock"));
         assert!(err(quote!(key = "a", mode = "fifo")).contains("unknown mode \"fifo\""));
+        assert!(err(quote!(key = "a", permits = 0)).contains("at least one permit"));
+        assert!(err(quote!(key = "a", permits = -1)).contains("whole number"));
+        assert!(err(quote!(key = "a", permits = "3")).contains("a number of permits"));
+        assert!(err(quote!(key = "a", mode = "read", permits = 3)).contains("one or the other"));
+        assert!(err(quote!(key = "a", permits = 3, mode = "write")).contains("one or the other"));
+        assert!(err(quote!(keys = ["a", "b"], permits = 2)).contains("not `keys = [..]`"));
+        assert!(
+            err(quote!(key = "a", permits = 2, permits = 3))
+                .contains("`permits` is given more than once")
+        );
         assert!(
             err(quote!(key = "a", mode = "fair", mode = "write"))
                 .contains("`mode` is given more than once")

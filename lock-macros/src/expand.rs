@@ -83,8 +83,21 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
     if let Some(watchdog) = &args.watchdog {
         opts = quote_spanned!(watchdog.span=> #opts.watchdog(#watchdog));
     }
-    if let Some((Mode::Fair, span)) = args.mode {
-        opts = quote_spanned!(span=> #opts.fair(true));
+    match args.mode {
+        Some((Mode::Fair, span)) => opts = quote_spanned!(span=> #opts.fair(true)),
+        Some((Mode::Read, span)) => {
+            opts = quote_spanned!(span=> #opts.kind(#private::LockKind::Read));
+        }
+        Some((Mode::Write, span)) => {
+            opts = quote_spanned!(span=> #opts.kind(#private::LockKind::Write));
+        }
+        None => {}
+    }
+    if let Some(permits) = args.permits {
+        let n = permits.n;
+        opts = quote_spanned!(permits.span=>
+            #opts.kind(#private::LockKind::Semaphore { permits: #n })
+        );
     }
 
     let (outer_attrs, inner_attrs): (Vec<_>, Vec<_>) = func

@@ -93,9 +93,13 @@ mod template;
 /// - `wait = "5s"`, `lease = "30s"`: how long to wait for the lock and how long each lease
 ///   runs (`"250ms"`, `"5s"`, `"2m"`, `"1h"`, `"1m30s"`); default: the locker's.
 /// - `watchdog = false`: do not renew the lease while the body runs.
-/// - `mode = "fair"`: wait in line, first come first served across every process
-///   (`LockOptions::fair`); `mode = "write"` is the default exclusive lock. (`"read"` is
-///   refused until lock-core has a read-write lock.)
+/// - `mode = "read"` or `mode = "write"`: the read side (shared with other readers) or the
+///   write side of a read-write lock (`LockKind::Read`, `LockKind::Write`); with `keys =
+///   [..]`, every key in that kind. `mode = "fair"`: an exclusive lock that serves its
+///   waiters first come first served across every process (`LockOptions::fair`). Without
+///   `mode`, the lock is exclusive (`LockKind::Exclusive`).
+/// - `permits = 3`: a permit of the semaphore `key`, which admits 3 holders at once
+///   (`LockKind::Semaphore { permits: 3 }`). Not with `mode` or `keys`, and not 0.
 /// - `guard = name`: binds `name: &LockGuard` in the body (`&MultiGuard` with `keys`), e.g.
 ///   for its fencing token.
 /// - `crate = "path"`: where `lock_core` is, for crates that re-export it.
@@ -112,7 +116,8 @@ mod template;
 ///
 /// Mistakes are compile errors at the offending token: a fn that is not `async` or does not
 /// return a `Result`, a placeholder that names no parameter, a malformed template, a bad
-/// duration, a missing, unknown or repeated option.
+/// duration, a missing, unknown or repeated option, `permits = 0`, or `permits` with
+/// `mode` or `keys`.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(attr.into(), item.into()).into()

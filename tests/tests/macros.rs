@@ -75,6 +75,11 @@ on_both_backends! {
         => expired_lease_cancels_body_redis, expired_lease_cancels_body_memory;
     question_mark_and_return_release
         => question_mark_and_return_release_redis, question_mark_and_return_release_memory;
+    mode_read_shares_and_mode_write_excludes
+        => mode_read_shares_and_mode_write_excludes_redis, mode_read_shares_and_mode_write_excludes_memory;
+    permits_bound_the_calls_inside => permits_bound_the_calls_inside_redis, permits_bound_the_calls_inside_memory;
+    keys_with_mode_read_take_each_key_as_a_read
+        => keys_with_mode_read_take_each_key_as_a_read_redis, keys_with_mode_read_take_each_key_as_a_read_memory;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -582,4 +587,164 @@ async fn mode_fair_runs_calls_in_the_order_they_came() {
         bounded("a fair call", call).await.unwrap().unwrap();
     }
     assert_eq!(*served.lock().unwrap(), (0..6).collect::<Vec<_>>());
+}
+
+// ---------------------------------------------------------------------------------------
+// mode = "read" / "write", permits = N.
+
+/// Reads the document: enters, then waits (still inside) until `want` readers have come in.
+#[distributed_lock(key = "doc:{id}", locker = locker, mode = "read", wait = "5s")]
+async fn read_doc(
+    locker: &Locker,
+    id: u64,
+    arrived: &AtomicUsize,
+    occupancy: &Occupancy,
+    want: usize,
+) -> Result<(), AppError> {
+    occupancy.enter();
+    arrived.fetch_add(1, Ordering::SeqCst);
+    let met = tokio::time::timeout(WAIT, async {
+        while arrived.load(Ordering::SeqCst) < want {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    occupancy.leave();
+    met.map_err(|_| AppError::App("the other readers never came in: serialized?"))
+}
+
+/// Writes the document with a deliberately non-atomic read, yield, write.
+#[distributed_lock(key = "doc:{id}", locker = locker, mode = "write", wait = "10s")]
+async fn write_doc(locker: &Locker, id: u64, ledger: &Ledger) -> Result<(), AppError> {
+    let inside = ledger.occupancy.enter();
+    let seen = ledger.read(id);
+    tokio::task::yield_now().await;
+    ledger.write(id, seen + 1);
+    ledger.occupancy.leave();
+    if inside > 1 {
+        return Err(AppError::App("a writer beside another holder"));
+    }
+    Ok(())
+}
+
+/// Four readers are inside at once; a writer gets in only while none is, and writers keep
+/// every update.
+async fn mode_read_shares_and_mode_write_excludes(locker: Locker) {
+    const READERS: usize = 4;
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let occupancy = Arc::new(Occupancy::default());
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (locker, arrived, occupancy) = (locker.clone(), arrived.clone(), occupancy.clone());
+            tokio::spawn(async move { read_doc(&locker, 1, &arrived, &occupancy, READERS).await })
+        })
+        .collect();
+    for reader in readers {
+        reader
+            .await
+            .expect("task")
+            .expect("every reader meets the others");
+    }
+    assert_eq!(occupancy.max.load(Ordering::SeqCst), READERS);
+
+    // A held read keeps the writer out; once it is released, the writer goes in.
+    let read = locker.read("doc:2").await.unwrap();
+    let ledger = Arc::new(Ledger::default());
+    let writer = tokio::spawn({
+        let (locker, ledger) = (locker.clone(), ledger.clone());
+        async move { write_doc(&locker, 2, &ledger).await }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(ledger.read(2), 0, "the writer went in beside a reader");
+    read.release().await.unwrap();
+    writer
+        .await
+        .expect("task")
+        .expect("the writer, once the reader left");
+    assert_eq!(ledger.read(2), 1);
+
+    // Writers exclude each other: no update lost.
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let (locker, ledger) = (locker.clone(), ledger.clone());
+            tokio::spawn(async move { write_doc(&locker, 3, &ledger).await })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.expect("task").expect("a writer");
+    }
+    assert_eq!(ledger.read(3), 8, "updates lost");
+}
+
+/// Exports with at most two calls inside at once.
+#[distributed_lock(key = "exports", locker = locker, permits = 2, wait = "10s")]
+async fn export(locker: &Locker, occupancy: &Occupancy) -> Result<(), AppError> {
+    occupancy.enter();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    occupancy.leave();
+    Ok(())
+}
+
+/// Sixteen calls of a `permits = 2` fn: never more than two inside, and two at some point.
+async fn permits_bound_the_calls_inside(locker: Locker) {
+    let occupancy = Arc::new(Occupancy::default());
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (locker, occupancy) = (locker.clone(), occupancy.clone());
+            tokio::spawn(async move { export(&locker, &occupancy).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.expect("task").expect("an export");
+    }
+    assert_eq!(occupancy.max.load(Ordering::SeqCst), 2);
+}
+
+/// Reads two documents together.
+#[distributed_lock(keys = ["doc:{a}", "doc:{b}"], locker = locker, mode = "read", guard = locks)]
+async fn read_pair(
+    locker: &Locker,
+    a: u64,
+    b: u64,
+    inside: Arc<tokio::sync::Barrier>,
+) -> Result<(), AppError> {
+    assert!(
+        locks
+            .guards()
+            .iter()
+            .all(|g| g.kind() == lock_core::LockKind::Read)
+    );
+    inside.wait().await; // holding both
+    inside.wait().await; // the test has looked
+    Ok(())
+}
+
+/// `keys = [..]` with `mode = "read"`: while the fn runs, another reader of one key gets
+/// in and a writer does not.
+async fn keys_with_mode_read_take_each_key_as_a_read(locker: Locker) {
+    let inside = Arc::new(tokio::sync::Barrier::new(2));
+    let call = tokio::spawn({
+        let (locker, inside) = (locker.clone(), inside.clone());
+        async move { read_pair(&locker, 4, 5, inside).await }
+    });
+    inside.wait().await;
+    let other = locker.clone();
+    let (read, write) = tokio::spawn(async move {
+        let opts = |kind| lock_core::LockOptions::new().kind(kind);
+        let read = other
+            .try_lock_with("doc:5", opts(lock_core::LockKind::Read))
+            .await
+            .unwrap();
+        let write = other
+            .try_lock_with("doc:4", opts(lock_core::LockKind::Write))
+            .await
+            .unwrap();
+        (read.is_some(), write.is_some())
+    })
+    .await
+    .unwrap();
+    inside.wait().await;
+    call.await.expect("task").expect("the pair read");
+    assert!(read, "another reader was kept out");
+    assert!(!write, "a writer got in beside the readers");
 }
