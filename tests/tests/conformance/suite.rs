@@ -68,6 +68,7 @@ macro_rules! conformance {
             an_upgrade_is_refused_at_once,
             a_downgrade_reenters_the_write_hold,
             kinds_of_one_name_exclude_each_other,
+            a_crashed_reader_frees_only_its_own_share,
             a_semaphore_never_admits_more_than_its_count,
             a_permit_left_to_run_out_is_reclaimed,
             a_semaphore_keeps_its_count,

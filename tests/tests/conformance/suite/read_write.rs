@@ -278,3 +278,54 @@ pub(crate) async fn kinds_of_one_name_exclude_each_other(store: &impl StoreUnder
         other.release().await.unwrap();
     }
 }
+
+/// A reader that stops renewing (watchdog off, short lease, never released) frees only its
+/// own share, when its lease runs out: the other reader still keeps a writer out, and once
+/// it releases, the writer gets in.
+pub(crate) async fn a_crashed_reader_frees_only_its_own_share(store: &impl StoreUnderTest) {
+    let Some([a, b]) = two_with(store, READ_WRITE).await else {
+        return; // a store without these kinds: nothing to check
+    };
+    let crashed = a
+        .lock_with(
+            "shares",
+            LockOptions::new()
+                .kind(LockKind::Read)
+                .lease(SHORT_LEASE)
+                .watchdog(false),
+        )
+        .await
+        .unwrap();
+    let alive = b.read("shares").await.unwrap();
+    timeout(PATIENCE, crashed.lost())
+        .await
+        .expect("the short read lease never ran out");
+    let write = LockOptions::new().kind(LockKind::Write);
+    assert!(
+        b.try_lock_with("shares", write)
+            .await
+            .unwrap_err()
+            .is_upgrade(),
+        "b's own task holds a read: asking it to write is an upgrade"
+    );
+    let other = a.clone();
+    let writer_kept_out = tokio::spawn(async move {
+        other
+            .try_lock_with("shares", write)
+            .await
+            .unwrap()
+            .is_none()
+    });
+    assert!(
+        join(writer_kept_out).await,
+        "the crashed read freed the live one's share"
+    );
+    assert!(alive.is_held().await.unwrap());
+    alive.release().await.unwrap();
+    let writer = a
+        .lock_with("shares", write.wait(PATIENCE))
+        .await
+        .expect("the writer, once the live reader left");
+    assert!(writer.fencing_token() > crashed.fencing_token());
+    writer.release().await.unwrap();
+}
