@@ -88,6 +88,19 @@ fn request(method: Method, addr: SocketAddr, path: &str) -> Request<Empty<Bytes>
         .unwrap()
 }
 
+/// Checks that `reply` says to retry after 1 to `most` seconds.
+fn assert_retry_after_within(reply: &Reply, most: u64) {
+    let retry_after: u64 = reply.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=most).contains(&retry_after),
+        "Retry-After: {retry_after}"
+    );
+}
+
 async fn post_to(client: &HttpClient, addr: SocketAddr, path: &str) -> Reply {
     send(client, request(Method::POST, addr, path)).await
 }
@@ -394,12 +407,7 @@ async fn contention_gives_423_with_a_sane_retry_after() {
         .unwrap();
     let reply = post_to(&client, addr, "/accounts/6/deposit").await;
     assert_eq!(reply.status, StatusCode::LOCKED, "{reply:?}");
-    let retry_after: u64 = reply.headers["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!((1..=8).contains(&retry_after), "Retry-After: {retry_after}");
+    assert_retry_after_within(&reply, 8);
     assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
     assert!(!reply.body.is_empty());
     assert_eq!(bank.runs(), 0, "the handler ran without the lock");
@@ -913,12 +921,7 @@ async fn a_read_write_layer_lets_reads_share_and_writes_exclude() {
     assert_eq!(reply.status, StatusCode::OK, "a read waited for a read");
     let reply = send(&client, request(Method::PUT, addr, "/docs/2")).await;
     assert_eq!(reply.status, StatusCode::LOCKED, "{reply:?}");
-    let retry_after: u64 = reply.headers["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!((1..=8).contains(&retry_after), "Retry-After: {retry_after}");
+    assert_retry_after_within(&reply, 8);
     read.release().await.unwrap();
     let reply = send(&client, request(Method::PUT, addr, "/docs/2")).await;
     assert_eq!(reply.status, StatusCode::OK);

@@ -166,6 +166,15 @@ async fn meet(
     occupancy: &Occupancy,
     want: usize,
 ) -> Result<(), AppError> {
+    wait_inside_for_others(arrived, occupancy, want).await
+}
+
+/// Counts a call inside, then waits (still inside) until `want` calls have come in.
+async fn wait_inside_for_others(
+    arrived: &AtomicUsize,
+    occupancy: &Occupancy,
+    want: usize,
+) -> Result<(), AppError> {
     occupancy.enter();
     arrived.fetch_add(1, Ordering::SeqCst);
     let met = tokio::time::timeout(WAIT, async {
@@ -601,16 +610,7 @@ async fn read_doc(
     occupancy: &Occupancy,
     want: usize,
 ) -> Result<(), AppError> {
-    occupancy.enter();
-    arrived.fetch_add(1, Ordering::SeqCst);
-    let met = tokio::time::timeout(WAIT, async {
-        while arrived.load(Ordering::SeqCst) < want {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    occupancy.leave();
-    met.map_err(|_| AppError::App("the other readers never came in: serialized?"))
+    wait_inside_for_others(arrived, occupancy, want).await
 }
 
 /// Writes the document with a deliberately non-atomic read, yield, write.
