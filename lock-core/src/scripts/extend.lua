@@ -1,7 +1,8 @@
 -- Reset a hold's lease if, and only if, the caller holds it. Never creates a key, so a
 -- late renewal cannot revive a released lock.
 -- KEYS[1] lock key   P{K}
--- KEYS[2] holders    P{K}:readers or P{K}:holders, for a shared hold only
+-- KEYS[2] holders    P{K}:readers or P{K}:holders for a shared hold; the lock key again
+--                    (unused) for the others
 -- ARGV[1] owner token
 -- ARGV[2] new lease in milliseconds
 -- ARGV[3] '' for an exclusive, fair or write hold; else the sharing's mark ('read' or

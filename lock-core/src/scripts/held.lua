@@ -1,6 +1,7 @@
 -- Whether the caller holds a lock.
 -- KEYS[1] lock key   P{K}
--- KEYS[2] holders    P{K}:readers or P{K}:holders, for a shared hold only
+-- KEYS[2] holders    P{K}:readers or P{K}:holders for a shared hold; the lock key again
+--                    (unused) for the others
 -- ARGV[1] owner token
 -- ARGV[2] '' for an exclusive, fair or write hold; else the sharing's mark ('read' or
 --         'semaphore') of a shared one

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use super::keys::RedisKey;
 use super::scripts::FairAcquireReply;
+use super::scripts::{LockScript, ScriptCall};
 use super::{PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
 use crate::wait::{Attempt, StoreClock};
-use redis::ScriptInvocation;
 
 impl RedisStore {
     /// A fair script's call on lock `key`, with the keys every fair script takes.
-    fn fair_call<'a>(&self, script: &'a redis::Script, key: &RedisKey) -> ScriptInvocation<'a> {
+    fn fair_call<'a>(&self, script: &'a LockScript, key: &RedisKey) -> ScriptCall<'a> {
         let mut call = script.key(key.as_str());
         call.key(key.fence())
             .key(key.queue())
@@ -78,10 +78,10 @@ impl RedisStore {
     /// The fair release or leave script's call for `token` on `key`.
     pub(super) fn fair_release_call<'a>(
         &self,
-        script: &'a redis::Script,
+        script: &'a LockScript,
         key: &RedisKey,
         token: &str,
-    ) -> ScriptInvocation<'a> {
+    ) -> ScriptCall<'a> {
         let mut call = self.fair_call(script, key);
         call.arg(token).arg(self.fence_ttl_ms);
         call

@@ -37,7 +37,7 @@ pub(super) struct RedisKey(Arc<str>);
 impl RedisKey {
     /// The key of lock `key` under `namespace`.
     pub(super) fn new(namespace: &str, key: &LockKey) -> Self {
-        Self(format!("{namespace}{{{key}}}").into())
+        Self(join(&[namespace, "{", key.as_str(), "}"]).into())
     }
 
     /// A key already in Redis form, as read back from a channel name.
@@ -92,8 +92,17 @@ impl RedisKey {
     }
 
     fn suffixed(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.0)
+        join(&[&self.0, suffix])
     }
+}
+
+/// `parts` end to end.
+fn join(parts: &[&str]) -> String {
+    let mut joined = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        joined.push_str(part);
+    }
+    joined
 }
 
 impl fmt::Display for RedisKey {

@@ -19,7 +19,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bb8_redis::RedisConnectionManager;
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::FromRedisValue;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
@@ -45,7 +45,7 @@ pub(crate) use connection::redact;
 use connection::{Conn, Connection, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
-use scripts::Scripts;
+use scripts::{ScriptCall, Scripts};
 
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
@@ -173,7 +173,7 @@ impl RedisStore {
         let mut conn = self.connection.get().await?;
         for script in self.scripts.all() {
             script
-                .load_async(&mut conn)
+                .load(&mut conn)
                 .await
                 .map_err(|e| self.connection.error("load the lock scripts", e))?;
         }
@@ -255,7 +255,7 @@ impl RedisStore {
         &self,
         key: &RedisKey,
         token: &str,
-        call: &ScriptInvocation<'_>,
+        call: &ScriptCall<'_>,
         how: Release,
     ) -> Result<(T, Instant), LockError> {
         let pending = PendingAcquire {
@@ -293,8 +293,9 @@ impl RedisStore {
                 .zip(keys)
                 .map(|(r, key)| {
                     let sharing = r.hold.kind.sharing();
+                    let holders = shared::holders(sharing, key);
                     let mut call = self.scripts.extend.key(key.as_str());
-                    call.key(shared::holders(sharing, key))
+                    call.key(holders.as_deref().unwrap_or(key.as_str()))
                         .arg(r.hold.token)
                         .arg(millis(r.lease))
                         .arg(shared::mark(sharing));
@@ -303,7 +304,7 @@ impl RedisStore {
                 .collect();
             // Each lease runs from here, with the connection in hand.
             let sent_at = Instant::now();
-            let held: Vec<bool> = scripts::pipelined(conn, &self.scripts.extend, &calls).await?;
+            let held: Vec<bool> = scripts::pipelined(conn, &self.scripts.extend, calls).await?;
             let until = held.into_iter().zip(leases);
             renewed.extend(until.map(|(held, r)| held.then_some(sent_at + r.lease)));
         }
@@ -379,8 +380,9 @@ impl Store for RedisStore {
         Box::pin(async move {
             let key = self.key(hold.key);
             let sharing = hold.kind.sharing();
+            let holders = shared::holders(sharing, &key);
             let mut call = self.scripts.held.key(key.as_str());
-            call.key(shared::holders(sharing, &key))
+            call.key(holders.as_deref().unwrap_or(key.as_str()))
                 .arg(hold.token)
                 .arg(shared::mark(sharing));
             self.connection

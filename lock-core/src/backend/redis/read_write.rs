@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::keys::RedisKey;
-use super::scripts::AcquireReply;
+use super::scripts::{AcquireReply, ScriptCall};
 use super::{PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
@@ -79,11 +79,7 @@ impl RedisStore {
 
     /// The write release script's call for `token` on `key`: it releases the write side
     /// if `token` holds it, and takes `token` out of the waiting writers.
-    pub(super) fn write_release_call<'a>(
-        &'a self,
-        key: &RedisKey,
-        token: &str,
-    ) -> redis::ScriptInvocation<'a> {
+    pub(super) fn write_release_call<'a>(&'a self, key: &RedisKey, token: &str) -> ScriptCall<'a> {
         let mut call = self.scripts.write_release.key(key.as_str());
         call.key(key.writers())
             .key(key.lockers())

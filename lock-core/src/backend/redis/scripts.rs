@@ -2,13 +2,12 @@
 //!
 //! Every call is an `EVALSHA`. A server that lost its script cache (a restart, `SCRIPT
 //! FLUSH`) answers `NOSCRIPT`; the script is then loaded and the call repeated: by
-//! redis-rs's `ScriptInvocation::invoke_async` for one call, by [`pipelined`] for a
-//! pipeline of calls (the renewals), which redis-rs leaves to its caller. Each script has
-//! one reply shape, read with `FromRedisValue`.
+//! [`ScriptCall::invoke_async`] for one call, by [`pipelined`] for a pipeline of calls (the
+//! renewals). Each script has one reply shape, read with `FromRedisValue`.
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ToRedisArgs, Value};
 
 use super::connection::Conn;
 use crate::backend::store::Acquire;
@@ -17,100 +16,167 @@ use crate::wait::Attempt;
 use crate::{LockError, LockKind};
 use tokio::time::Instant;
 
-/// A script: its helpers (each prepended file), then its body.
+/// A script that takes `$keys` keys: its helpers (each prepended file), then its body.
 macro_rules! script {
-    ($($file:literal),+) => {
-        Script::new(concat!($(include_str!(concat!("../../scripts/", $file))),+))
+    ($keys:literal: $($file:literal),+) => {
+        LockScript {
+            script: Script::new(concat!($(include_str!(concat!("../../scripts/", $file))),+)),
+            keys: $keys,
+        }
     };
+}
+
+/// A Lua script, and how many of a call's first arguments are its keys.
+#[derive(Debug)]
+pub(super) struct LockScript {
+    script: Script,
+    keys: usize,
+}
+
+impl LockScript {
+    /// A call of the script, starting with its first key; the other keys follow, then the
+    /// arguments. Own code rather than redis-rs's `ScriptInvocation`, which keeps each
+    /// argument in an allocation of its own and copies them all into the command it sends
+    /// (2,000 more instructions per lock + release cycle, by callgrind: BENCHMARKS.md).
+    pub(super) fn key<T: ToRedisArgs>(&self, key: T) -> ScriptCall<'_> {
+        // Room for the largest call (the fair scripts' 6 keys and 6 arguments), so that
+        // the command is never grown.
+        let mut cmd = Cmd::with_capacity(16, 512);
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(self.keys)
+            .arg(key);
+        ScriptCall {
+            script: &self.script,
+            cmd,
+        }
+    }
+
+    /// Loads the script into the server's cache.
+    pub(super) async fn load(&self, conn: &mut Conn) -> RedisResult<String> {
+        self.script.load_async(conn).await
+    }
+}
+
+/// One call of a script, as the `EVALSHA` command it sends.
+#[derive(Debug)]
+pub(super) struct ScriptCall<'a> {
+    script: &'a Script,
+    cmd: Cmd,
+}
+
+impl ScriptCall<'_> {
+    /// Adds a key; every key comes before the first argument.
+    pub(super) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        self.cmd.arg(key);
+        self
+    }
+
+    /// Adds an argument.
+    pub(super) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Sends the call on `conn`; if the server lost the script, loads it and sends the
+    /// call again.
+    pub(super) async fn invoke_async<T: FromRedisValue>(&self, conn: &mut Conn) -> RedisResult<T> {
+        match self.cmd.query_async(conn).await {
+            Err(e) if is_noscript(&e) => {
+                self.script.load_async(conn).await?;
+                self.cmd.query_async(conn).await
+            }
+            reply => reply,
+        }
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 /// Every script a `Locker` runs on Redis.
 #[derive(Debug)]
 pub(super) struct Scripts {
     /// Take an exclusive lock: [`AcquireReply`].
-    pub(super) acquire: Script,
+    pub(super) acquire: LockScript,
     /// Release an exclusive lock: whether the caller held it.
-    pub(super) release: Script,
+    pub(super) release: LockScript,
     /// Set a lease if the caller owns the lock: whether it did.
-    pub(super) extend: Script,
+    pub(super) extend: LockScript,
     /// Hand an exclusive lock to a local waiter: its fencing token, or nil.
-    pub(super) handover: Script,
+    pub(super) handover: LockScript,
     /// Relay a wake-up to the next waiting `Locker`: whether one was woken.
-    pub(super) relay: Script,
+    pub(super) relay: LockScript,
     /// Take a fair lock, or wait in line: [`FairAcquireReply`].
-    pub(super) fair_acquire: Script,
+    pub(super) fair_acquire: LockScript,
     /// Release a fair lock: whether the caller held it.
-    pub(super) fair_release: Script,
+    pub(super) fair_release: LockScript,
     /// Leave a fair lock's line: whether the lock had been handed over to the caller.
-    pub(super) fair_leave: Script,
+    pub(super) fair_leave: LockScript,
     /// Take the read side of a read-write lock: [`AcquireReply`].
-    pub(super) read_acquire: Script,
+    pub(super) read_acquire: LockScript,
     /// Take the write side of a read-write lock, or wait among its writers:
     /// [`AcquireReply`].
-    pub(super) write_acquire: Script,
+    pub(super) write_acquire: LockScript,
     /// Release the write side, or stop waiting for it: whether the caller held it.
-    pub(super) write_release: Script,
+    pub(super) write_release: LockScript,
     /// Release a read or a permit: whether the caller held it.
-    pub(super) shared_release: Script,
+    pub(super) shared_release: LockScript,
     /// Take a semaphore's permit: [`AcquireReply`].
-    pub(super) permit_acquire: Script,
+    pub(super) permit_acquire: LockScript,
     /// A semaphore's free permits.
-    pub(super) permits: Script,
+    pub(super) permits: LockScript,
     /// Store a semaphore's count.
-    pub(super) set_permits: Script,
+    pub(super) set_permits: LockScript,
     /// Whether the caller holds a lock.
-    pub(super) held: Script,
+    pub(super) held: LockScript,
 }
 
 impl Scripts {
     pub(super) fn new() -> Self {
         Self {
-            acquire: script!("fence.lua", "lockers.lua", "acquire.lua"),
-            release: script!("lockers.lua", "release.lua"),
-            extend: script!("shared.lua", "extend.lua"),
-            handover: script!("fence.lua", "handover.lua"),
-            relay: script!("lockers.lua", "relay.lua"),
-            fair_acquire: script!(
-                "fence.lua",
+            acquire: script!(3: "fence.lua", "lockers.lua", "acquire.lua"),
+            release: script!(3: "lockers.lua", "release.lua"),
+            extend: script!(2: "shared.lua", "extend.lua"),
+            handover: script!(2: "fence.lua", "handover.lua"),
+            relay: script!(2: "lockers.lua", "relay.lua"),
+            fair_acquire: script!(6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
                 "fair_acquire.lua"
             ),
-            fair_release: script!(
-                "fence.lua",
+            fair_release: script!(6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
                 "fair_release.lua"
             ),
-            fair_leave: script!(
-                "fence.lua",
+            fair_leave: script!(6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
                 "fair_leave.lua"
             ),
-            read_acquire: script!("fence.lua", "lockers.lua", "shared.lua", "read_acquire.lua"),
-            write_acquire: script!(
-                "fence.lua",
+            read_acquire: script!(5: "fence.lua", "lockers.lua", "shared.lua", "read_acquire.lua"),
+            write_acquire: script!(4: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
                 "write_acquire.lua"
             ),
-            write_release: script!("lockers.lua", "write_release.lua"),
-            shared_release: script!("lockers.lua", "shared.lua", "shared_release.lua"),
-            permit_acquire: script!(
-                "fence.lua",
+            write_release: script!(4: "lockers.lua", "write_release.lua"),
+            shared_release: script!(4: "lockers.lua", "shared.lua", "shared_release.lua"),
+            permit_acquire: script!(5: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
                 "permit_acquire.lua"
             ),
-            permits: script!("shared.lua", "permits.lua"),
-            set_permits: script!("lockers.lua", "set_permits.lua"),
-            held: script!("shared.lua", "held.lua"),
+            permits: script!(3: "shared.lua", "permits.lua"),
+            set_permits: script!(3: "lockers.lua", "set_permits.lua"),
+            held: script!(2: "shared.lua", "held.lua"),
         }
     }
 
     /// Each script, to load them all up front.
-    pub(super) fn all(&self) -> [&Script; 16] {
+    pub(super) fn all(&self) -> [&LockScript; 16] {
         [
             &self.acquire,
             &self.release,
@@ -135,16 +201,16 @@ impl Scripts {
 /// Runs a pipeline of calls of `script`, loading the script first if the server lost it.
 pub(super) async fn pipelined<T: FromRedisValue>(
     conn: &mut Conn,
-    script: &Script,
-    calls: &[ScriptInvocation<'_>],
+    script: &LockScript,
+    calls: Vec<ScriptCall<'_>>,
 ) -> RedisResult<Vec<T>> {
     let mut pipe = Pipeline::with_capacity(calls.len());
     for call in calls {
-        pipe.invoke_script(call);
+        pipe.add_command(call.cmd);
     }
     match pipe.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.load_async(conn).await?;
+        Err(e) if is_noscript(&e) => {
+            script.load(conn).await?;
             pipe.query_async(conn).await
         }
         reply => reply,
