@@ -1075,3 +1075,60 @@ async fn a_read_write_lock_and_a_semaphore_leave_no_key_without_expiry() {
         .await
         .unwrap();
 }
+
+/// A write release wakes the writer that has waited longest, alone: the other waiting
+/// writers, each on a `Locker` of its own, make no attempt until their turn, and the
+/// writers go in the order they asked.
+#[tokio::test]
+async fn a_write_release_wakes_the_writer_waiting_longest_and_no_other() {
+    let server = RedisServer::spawn();
+    let holder_locker = connect(&server).await;
+    let held = holder_locker.write("pages").await.unwrap();
+    let waiting_writers = || {
+        let reply = server.cmd(&["HLEN", "lock:{pages}:writers"]).unwrap();
+        usize::try_from(reply.as_int().unwrap()).unwrap()
+    };
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut turns = Vec::new();
+    for i in 0..3 {
+        let locker = connect_quiet(&server).await;
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let got = got.clone();
+        let task = tokio::spawn(async move {
+            let opts = LockOptions::new()
+                .kind(lock_core::LockKind::Write)
+                .wait(30 * SEC);
+            let guard = locker.lock_with("pages", opts).await.unwrap();
+            got.lock().unwrap().push(i);
+            released.await.unwrap();
+            guard.release().await.unwrap();
+        });
+        eventually(5 * SEC, "the writer to wait", || async {
+            waiting_writers() == i + 1 && subscribers(&server, "pages") == i + 1
+        })
+        .await;
+        turns.push((release, task));
+    }
+    let before = evalsha_calls(&server);
+    held.release().await.unwrap();
+    for (i, (release, task)) in turns.into_iter().enumerate() {
+        eventually(5 * SEC, "the next writer to take the lock", || async {
+            got.lock().unwrap().len() == i + 1
+        })
+        .await;
+        // One release and one attempt per turn: the writers not woken did not ask.
+        assert_eq!(
+            evalsha_calls(&server) - before,
+            2 * (i as u64 + 1),
+            "turn {i}"
+        );
+        release.send(()).unwrap();
+        timeout(5 * SEC, task).await.unwrap().unwrap();
+    }
+    assert_eq!(
+        *got.lock().unwrap(),
+        [0, 1, 2],
+        "not the longest waiting first"
+    );
+    assert_eq!(waiting_writers(), 0);
+}

@@ -87,9 +87,11 @@ enum Wake {
     Nobody,
     /// One waiter: one holder went, and one more can come in.
     One,
-    /// Every waiter: the lock may admit several (readers after a write), or a change
-    /// concerns them all.
+    /// Every waiter: a change that concerns them all.
     All,
+    /// Every waiter but the writers, and the writer that has waited longest: a write, or
+    /// the last read, was released.
+    AfterWrite(Option<Box<str>>),
     /// The first fair waiter, handed the lock.
     HandedOver(HandedOver),
 }
@@ -98,7 +100,8 @@ enum Wake {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Release {
     /// By its holder, which took it as this kind: an exclusive lock goes free, a fair one
-    /// to the next in line, a write or a last read wakes every waiter, a permit one.
+    /// to the next in line, a write or a last read wakes every waiter but the writers and
+    /// the writer that has waited longest, a permit one.
     Holder(LockKind),
     /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
     Leave,
@@ -208,11 +211,15 @@ impl Entry {
         self.writers.iter().any(|&(_, at)| at <= since)
     }
 
-    /// Takes writer `token` out of those waiting; says whether it was there.
-    fn stop_waiting_to_write(&mut self, token: &str) -> bool {
-        let before = self.writers.len();
+    /// The writer that has waited longest.
+    fn next_writer(&self) -> Option<Box<str>> {
+        let (token, _) = self.writers.iter().min_by_key(|(_, since)| *since)?;
+        Some(token.clone())
+    }
+
+    /// Takes writer `token` out of those waiting.
+    fn stop_waiting_to_write(&mut self, token: &str) {
         self.writers.retain(|(t, _)| &**t != token);
-        self.writers.len() != before
     }
 }
 
@@ -274,6 +281,7 @@ impl MemoryStore {
                 self.lines.wake_one(key);
             }
             Wake::All => self.lines.wake_all(key),
+            Wake::AfterWrite(next) => self.lines.wake_after_write(key, next.as_deref()),
             Wake::HandedOver((token, handover)) => self.lines.deliver(key, &token, handover),
         }
     }
@@ -441,10 +449,9 @@ impl MemoryStore {
                         None => Wake::One,
                     }
                 }
-                (_, LockKind::Read) if e.holders.is_empty() => Wake::All,
-                (_, LockKind::Read) => Wake::Nobody,
+                (_, LockKind::Read) if !e.holders.is_empty() => Wake::Nobody,
                 (_, LockKind::Semaphore { .. }) => Wake::One,
-                _ => Wake::All,
+                _ => Wake::AfterWrite(e.next_writer()),
             }
         };
         self.announce(key, wake);
@@ -452,18 +459,19 @@ impl MemoryStore {
     }
 
     /// Takes writer `token` out of those waiting for `key`, which gave up: the readers
-    /// waiting behind it may go in.
+    /// waiting behind it may go in, and the next writer.
     fn stop_waiting_to_write(&self, key: &str, token: &str) {
-        let stopped = {
+        let wake = {
             let mut state = self.state();
-            state
-                .entries
-                .get_mut(key)
-                .is_some_and(|e| e.stop_waiting_to_write(token))
+            match state.entries.get_mut(key) {
+                Some(e) if e.writers.iter().any(|(t, _)| &**t == token) => {
+                    e.stop_waiting_to_write(token);
+                    Wake::AfterWrite(e.next_writer())
+                }
+                _ => Wake::Nobody,
+            }
         };
-        if stopped {
-            self.announce(key, Wake::All);
-        }
+        self.announce(key, wake);
     }
 
     fn extend(&self, key: &str, token: &str, lease: Duration) -> Option<Instant> {

@@ -41,3 +41,30 @@ local function wake_every_locker(lockers, channel)
   end
   redis.call('DEL', lockers)
 end
+
+-- Wakes, after a write or the last read was released, every waiting Locker's waiters but
+-- its writers (the message 'readers': every reader may go in), and the writer that has
+-- waited longest, alone ('writer <token>' on its Locker's channel). The set of Lockers is
+-- emptied, as above. The waiting writers are the hash `writers`: token ->
+-- "<began to ask>:<place runs out>:<its Locker>" (server ms); those out of time are dropped.
+local function wake_after_write(lockers, channel, writers)
+  for _, id in ipairs(redis.call('ZRANGE', lockers, 0, -1)) do
+    redis.call('PUBLISH', channel .. ':' .. id, 'readers')
+  end
+  redis.call('DEL', lockers)
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local next, next_since, next_locker
+  local waiting = redis.call('HGETALL', writers)
+  for i = 1, #waiting, 2 do
+    local since, place, locker = string.match(waiting[i + 1], '^(%d+):(%d+):(%x+)$')
+    if not place or tonumber(place) <= now_ms then
+      redis.call('HDEL', writers, waiting[i])
+    elseif not next or tonumber(since) < next_since then
+      next, next_since, next_locker = waiting[i], tonumber(since), locker
+    end
+  end
+  if next then
+    redis.call('PUBLISH', channel .. ':' .. next_locker, 'writer ' .. next)
+  end
+end

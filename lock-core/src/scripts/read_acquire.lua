@@ -3,8 +3,8 @@
 -- KEYS[1] lock key        P{K}: 'read' while readers hold it, else a writer's token
 -- KEYS[2] fence counter   P{K}:fence
 -- KEYS[3] readers         P{K}:readers   sorted set: token -> lease end (server ms)
--- KEYS[4] waiting writers P{K}:writers   hash: token -> "<began to ask>:<place runs out>"
---                                        (server ms)
+-- KEYS[4] waiting writers P{K}:writers   hash: token -> "<began to ask>:<place runs out>:
+--                                        <its Locker>" (server ms)
 -- KEYS[5] waiting Lockers P{K}:lockers
 -- ARGV[1] owner token (one per acquisition)
 -- ARGV[2] lease in milliseconds
@@ -22,7 +22,7 @@ if may_read then
   local asked_at = now_ms - tonumber(ARGV[4])
   local waiting = redis.call('HGETALL', writers)
   for i = 1, #waiting, 2 do
-    local since, place = string.match(waiting[i + 1], '^(%d+):(%d+)$')
+    local since, place = string.match(waiting[i + 1], '^(%d+):(%d+):%x+$')
     if not place or tonumber(place) <= now_ms then
       redis.call('HDEL', writers, waiting[i])
     elseif tonumber(since) <= asked_at then

@@ -3,8 +3,8 @@
 -- it (then it holds 'read').
 -- KEYS[1] lock key        P{K}
 -- KEYS[2] fence counter   P{K}:fence
--- KEYS[3] waiting writers P{K}:writers   hash: token -> "<began to ask>:<place runs out>"
---                                        (server ms)
+-- KEYS[3] waiting writers P{K}:writers   hash: token -> "<began to ask>:<place runs out>:
+--                                        <its Locker>" (server ms)
 -- KEYS[4] waiting Lockers P{K}:lockers
 -- ARGV[1] owner token (one per acquisition)
 -- ARGV[2] lease in milliseconds
@@ -32,7 +32,7 @@ if place > 0 then
   local now_ms = clock_ms()
   local since = string.match(redis.call('HGET', writers, token) or '', '^(%d+):')
   since = since or (now_ms - tonumber(ARGV[4]))
-  redis.call('HSET', writers, token, since .. ':' .. (now_ms + place))
+  redis.call('HSET', writers, token, since .. ':' .. (now_ms + place) .. ':' .. ARGV[6])
   redis.call('PEXPIRE', writers, ARGV[7])
   register(KEYS[4], ARGV[6], ARGV[7])
 end

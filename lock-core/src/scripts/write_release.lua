@@ -1,6 +1,6 @@
 -- Release the write side of a read-write lock if the caller holds it, or take a writer
--- that gives up out of those waiting; either wakes every waiting Locker, since the readers
--- waiting for it may all go in.
+-- that gives up out of those waiting; either wakes every waiting reader, which may all go
+-- in, and the writer that has waited longest.
 -- KEYS[1] lock key          P{K}
 -- KEYS[2] waiting writers   P{K}:writers
 -- KEYS[3] waiting Lockers   P{K}:lockers
@@ -13,7 +13,7 @@ if held then
   redis.call('DEL', KEYS[1])
 end
 if held or stopped_waiting then
-  wake_every_locker(KEYS[3], KEYS[4])
+  wake_after_write(KEYS[3], KEYS[4], KEYS[2])
 end
 if held then
   return 1

@@ -207,6 +207,8 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    use crate::LockKind;
+
     const LEASE: Duration = Duration::from_secs(30);
 
     #[test]
@@ -215,7 +217,7 @@ mod tests {
         let key: Arc<str> = "k".into();
         let line = lines.join(&key, |_| {});
         let fair = |token: &str| {
-            let waiter = line.join_line(token.into(), LEASE, Handover::Off);
+            let waiter = line.join_line(token.into(), LEASE, LockKind::Exclusive, Handover::Off);
             line.expect_fair_handover(&waiter);
             waiter
         };
@@ -248,7 +250,8 @@ mod tests {
         let lines = Lines::<()>::default();
         let line = lines.join(&"k".into(), |_| {});
         let waiting = || Handover::Waiting { may_hold: false };
-        let [a, b, c] = ["a", "b", "c"].map(|t| line.join_line(t.into(), LEASE, waiting()));
+        let [a, b, c] = ["a", "b", "c"]
+            .map(|t| line.join_line(t.into(), LEASE, LockKind::Exclusive, waiting()));
         let until = Instant::now() + LEASE;
 
         // Claimed first come first; handed over and taken up once.
@@ -281,14 +284,14 @@ mod tests {
         assert!(line.claim_for_handover(8).is_none(), "nobody left in line");
 
         // Took the lock by its own attempt: a hand-over in flight needs nothing more.
-        let d = line.join_line("d".into(), LEASE, waiting());
+        let d = line.join_line("d".into(), LEASE, LockKind::Exclusive, waiting());
         assert!(Arc::ptr_eq(&line.claim_for_handover(8).unwrap(), &d));
         d.done();
         assert_eq!(d.handed_over(10, until), Leftover::Nothing);
         assert_eq!(line.leave_line(&d), Leftover::Nothing);
 
         // Only waiters in line for a local hand-over get one.
-        let e = line.join_line("e".into(), LEASE, Handover::Off);
+        let e = line.join_line("e".into(), LEASE, LockKind::Exclusive, Handover::Off);
         assert!(
             line.claim_for_handover(8).is_none(),
             "handed to a fair waiter"
@@ -304,6 +307,7 @@ mod tests {
             line.join_line(
                 i.to_string().into(),
                 LEASE,
+                LockKind::Exclusive,
                 Handover::Waiting { may_hold: false },
             );
         }

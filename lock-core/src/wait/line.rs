@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::LockKind;
+
 use super::handover::{FairHandOver, Handover, HandoverFailed, Leftover, Unclaimed, Wake};
 
 /// The local waiters of every lock of one store, by the lock's key in that store. Each
@@ -153,6 +155,13 @@ impl<L: Default> Lines<L> {
         }
     }
 
+    /// [`Line::wake_after_write`] on `key`'s line.
+    pub(crate) fn wake_after_write(&self, key: &str, next: Option<&str>) {
+        if let Some(line) = self.get(key) {
+            line.wake_after_write(next);
+        }
+    }
+
     /// The locks that have lines now, and whether each has waiters.
     pub(crate) fn keys(&self) -> Vec<(Arc<str>, bool)> {
         self.lines()
@@ -191,6 +200,8 @@ pub(crate) struct Waiter {
     pub(crate) token: Arc<str>,
     /// The lease it asks for, which a hand-over to it starts.
     pub(crate) lease: Duration,
+    /// The kind it asks for: a release after a write wakes one writer, by its token.
+    kind: LockKind,
     state: Mutex<WaiterState>,
 }
 
@@ -332,12 +343,14 @@ impl<L> Line<L> {
         &self,
         token: Arc<str>,
         lease: Duration,
+        kind: LockKind,
         handover: Handover,
     ) -> Arc<Waiter> {
         let mut queue = self.queue();
         let waiter = Arc::new(Waiter {
             token,
             lease,
+            kind,
             state: Mutex::new(WaiterState {
                 handover,
                 signal: std::mem::take(&mut queue.permit),
@@ -380,6 +393,16 @@ impl<L> Line<L> {
     pub(crate) fn wake_all(&self) {
         for waiter in &self.queue().waiters {
             waiter.wake();
+        }
+    }
+
+    /// Wakes every waiter in line but the writers (a write, or the last read, was
+    /// released: every reader may go in), and the writer `next`, if it waits here.
+    pub(crate) fn wake_after_write(&self, next: Option<&str>) {
+        for waiter in &self.queue().waiters {
+            if waiter.kind != LockKind::Write || next == Some(&*waiter.token) {
+                waiter.wake();
+            }
         }
     }
 
@@ -490,7 +513,8 @@ pub(super) mod tests {
         let key: Arc<str> = "k".into();
         let line = lines.join(&key, |_| {});
         let waiting = || Handover::Waiting { may_hold: false };
-        let [a, b, c] = ["a", "b", "c"].map(|t| line.join_line(t.into(), LEASE, waiting()));
+        let [a, b, c] = ["a", "b", "c"]
+            .map(|t| line.join_line(t.into(), LEASE, LockKind::Exclusive, waiting()));
         assert!(lines.wake_one("k"), "the lock has waiters");
         assert!(signalled(&a));
         assert!(!signalled(&b) && !signalled(&c), "one release, one waiter");
@@ -530,14 +554,14 @@ pub(super) mod tests {
         let key: Arc<str> = "k".into();
         let line = lines.join(&key, |_| {});
         let waiting = || Handover::Waiting { may_hold: false };
-        let a = line.join_line("a".into(), LEASE, waiting());
+        let a = line.join_line("a".into(), LEASE, LockKind::Exclusive, waiting());
         assert_eq!(line.leave_line(&a), Leftover::Nothing);
         lines.leave(&line, WhenEmpty::Linger, |_| {});
         assert!(!lines.wake_one("k"), "no waiter left");
         let line = lines.join(&key, |_| {});
-        let b = line.join_line("b".into(), LEASE, waiting());
+        let b = line.join_line("b".into(), LEASE, LockKind::Exclusive, waiting());
         assert!(signalled(&b), "the wake-up was kept for it");
-        let c = line.join_line("c".into(), LEASE, waiting());
+        let c = line.join_line("c".into(), LEASE, LockKind::Exclusive, waiting());
         assert!(!signalled(&c), "kept once");
     }
 }

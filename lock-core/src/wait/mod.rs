@@ -291,7 +291,12 @@ impl<'a, S: ClientWait> WaitTicket<'a, S> {
         let already_listening =
             already_listening && !matches!(request.kind, LockKind::Read | LockKind::Write);
         let token = request.token.clone();
-        let waiter = line.join_line(token, request.lease, store.handover(request.kind));
+        let waiter = line.join_line(
+            token,
+            request.lease,
+            request.kind,
+            store.handover(request.kind),
+        );
         if request.kind == LockKind::Fair {
             line.expect_fair_handover(&waiter);
         }

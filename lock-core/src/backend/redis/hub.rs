@@ -31,6 +31,11 @@ pub(super) const LINGER: Duration = Duration::from_secs(1);
 
 /// The message of a release that wakes every waiter of every `Locker` (`lockers.lua`).
 const WAKE_ALL: &[u8] = b"all";
+/// After a write or the last read: wake every waiter but the writers (`lockers.lua`).
+const WAKE_READERS: &[u8] = b"readers";
+/// After a write or the last read, to the `Locker` of the writer that has waited longest:
+/// the prefix of the message naming its token (`lockers.lua`).
+const WAKE_WRITER: &[u8] = b"writer ";
 
 /// Whether a lock's wake-ups are being delivered (its channel is subscribed).
 #[derive(Debug, Default)]
@@ -260,7 +265,8 @@ impl Task {
     }
 
     /// A message on one of this `Locker`'s channels: a fair hand-over to one of its
-    /// waiters, a release that wakes every waiter (`all`: every `Locker` got one), or one
+    /// waiters, a release that wakes every waiter (`all`: every `Locker` got one), one after
+    /// a write (`readers`, and `writer <token>` to the writer's `Locker`), or one
     /// that wakes one (relayed on if none waits here any more).
     fn deliver(&self, msg: &redis::Msg) {
         let Some(key) = self.channels.key_of(msg.get_channel_name()) else {
@@ -269,6 +275,15 @@ impl Task {
         let payload = msg.get_payload_bytes();
         if payload == WAKE_ALL {
             self.lines.wake_all(key);
+            return;
+        }
+        if payload == WAKE_READERS {
+            self.lines.wake_after_write(key, None);
+            return;
+        }
+        if let Some(token) = payload.strip_prefix(WAKE_WRITER) {
+            let token = std::str::from_utf8(token).ok();
+            self.lines.wake_after_write(key, token);
             return;
         }
         match fair_handover(payload) {

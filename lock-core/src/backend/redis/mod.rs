@@ -239,6 +239,7 @@ impl RedisStore {
                 call.key(shared::holders(sharing, key))
                     .key(key.lockers())
                     .key(key.channel())
+                    .key(key.writers())
                     .arg(token)
                     .arg(shared::mark(sharing));
                 call.invoke_async(conn).await

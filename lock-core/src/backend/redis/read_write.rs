@@ -2,10 +2,11 @@
 //! own lease in the sorted set `P{K}:readers` (see [`shared`](super::shared)); a writer
 //! holds `P{K}` with its token, as an exclusive lock's owner does, so readers, writers and
 //! exclusive holders of one key exclude each other. Waiting writers, with when each began
-//! to ask, are the hash `P{K}:writers`: a reader that asked after one of them waits for
-//! it, so a stream of readers cannot starve a writer, and the readers that waited for a
-//! writer all go in once it is released. A write release, and the last read release, wake
-//! every waiting `Locker` with one message each.
+//! to ask and their `Locker`, are the hash `P{K}:writers`: a reader that asked after one
+//! of them waits for it, so a stream of readers cannot starve a writer, and the readers
+//! that waited for a writer all go in once it is released. A write release, and the last
+//! read release, wake every waiting `Locker`'s readers (one message each) and the writer
+//! that has waited longest, alone (one message to its `Locker`, naming it).
 
 use std::time::Duration;
 

@@ -163,7 +163,7 @@ impl Scripts {
                 "write_acquire.lua"
             ),
             write_release: script!(4: "lockers.lua", "write_release.lua"),
-            shared_release: script!(4: "lockers.lua", "shared.lua", "shared_release.lua"),
+            shared_release: script!(5: "lockers.lua", "shared.lua", "shared_release.lua"),
             permit_acquire: script!(5: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
