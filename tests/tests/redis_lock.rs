@@ -1132,3 +1132,51 @@ async fn a_write_release_wakes_the_writer_waiting_longest_and_no_other() {
     );
     assert_eq!(waiting_writers(), 0);
 }
+
+/// A writer on a `Locker` without wake-ups (a bare pool) still keeps the readers that ask
+/// after it out, is never registered under an empty `Locker` id, and gets in by polling.
+#[tokio::test]
+async fn a_writer_without_wake_ups_still_goes_ahead_of_later_readers() {
+    let server = RedisServer::spawn();
+    let deaf = common::deaf_locker(&server).await;
+    let other = connect(&server).await;
+    let read = other.read("deaf-rw").await.unwrap();
+    let writer = tokio::spawn({
+        let deaf = deaf.clone();
+        async move {
+            let opts = LockOptions::new()
+                .kind(lock_core::LockKind::Write)
+                .wait(10 * SEC);
+            deaf.lock_with("deaf-rw", opts).await.map(drop)
+        }
+    });
+    eventually(5 * SEC, "the writer to wait", || async {
+        let reply = server.cmd(&["HLEN", "lock:{deaf-rw}:writers"]).unwrap();
+        reply.as_int() == Some(1)
+    })
+    .await;
+    let later_reader = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let opts = LockOptions::new().kind(lock_core::LockKind::Read);
+            other
+                .try_lock_with("deaf-rw", opts)
+                .await
+                .unwrap()
+                .is_none()
+        }
+    });
+    assert!(
+        later_reader.await.unwrap(),
+        "a later reader went ahead of the writer"
+    );
+    let empty_id = server
+        .cmd(&["ZSCORE", "lock:{deaf-rw}:lockers", ""])
+        .unwrap();
+    assert!(
+        empty_id.as_int().is_none() && empty_id.as_str().is_none(),
+        "{empty_id:?}"
+    );
+    read.release().await.unwrap();
+    timeout(5 * SEC, writer).await.unwrap().unwrap().unwrap();
+}

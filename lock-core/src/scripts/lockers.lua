@@ -57,14 +57,15 @@ local function wake_after_write(lockers, channel, writers)
   local next, next_since, next_locker
   local waiting = redis.call('HGETALL', writers)
   for i = 1, #waiting, 2 do
-    local since, place, locker = string.match(waiting[i + 1], '^(%d+):(%d+):(%x+)$')
+    local since, place, locker = string.match(waiting[i + 1], '^(%d+):(%d+):(%x*)$')
     if not place or tonumber(place) <= now_ms then
       redis.call('HDEL', writers, waiting[i])
     elseif not next or tonumber(since) < next_since then
       next, next_since, next_locker = waiting[i], tonumber(since), locker
     end
   end
-  if next then
+  -- (A writer whose Locker has no wake-ups, '', polls.)
+  if next and next_locker ~= '' then
     redis.call('PUBLISH', channel .. ':' .. next_locker, 'writer ' .. next)
   end
 end

@@ -22,7 +22,7 @@ if may_read then
   local asked_at = now_ms - tonumber(ARGV[4])
   local waiting = redis.call('HGETALL', writers)
   for i = 1, #waiting, 2 do
-    local since, place = string.match(waiting[i + 1], '^(%d+):(%d+):%x+$')
+    local since, place = string.match(waiting[i + 1], '^(%d+):(%d+):%x*$')
     if not place or tonumber(place) <= now_ms then
       redis.call('HDEL', writers, waiting[i])
     elseif tonumber(since) <= asked_at then

@@ -12,7 +12,7 @@
 -- ARGV[4] how long ago the caller began to ask, in milliseconds
 -- ARGV[5] how long the caller's place among the waiting writers lasts, in milliseconds;
 --         0: it will not wait
--- ARGV[6] the caller's Locker, to wake when the lock may be free
+-- ARGV[6] the caller's Locker, to wake when the lock may be free ('': it has no wake-ups)
 -- ARGV[7] expiry of the waiting writers and of the waiting Lockers' set in milliseconds,
 --         longer than any place
 -- Returns {1, fencing token} when the caller holds the lock; {0, the holder's lease left
@@ -34,6 +34,8 @@ if place > 0 then
   since = since or (now_ms - tonumber(ARGV[4]))
   redis.call('HSET', writers, token, since .. ':' .. (now_ms + place) .. ':' .. ARGV[6])
   redis.call('PEXPIRE', writers, ARGV[7])
-  register(KEYS[4], ARGV[6], ARGV[7])
+  if ARGV[6] ~= '' then
+    register(KEYS[4], ARGV[6], ARGV[7])
+  end
 end
 return {0, redis.call('PTTL', lock)}
