@@ -613,9 +613,20 @@ async fn read_doc(
     wait_inside_for_others(arrived, occupancy, want).await
 }
 
-/// Writes the document with a deliberately non-atomic read, yield, write.
+/// Writes the document, waiting for the lock.
 #[distributed_lock(key = "doc:{id}", locker = locker, mode = "write", wait = "10s")]
 async fn write_doc(locker: &Locker, id: u64, ledger: &Ledger) -> Result<(), AppError> {
+    bump(id, ledger).await
+}
+
+/// Writes the document if the lock is free now.
+#[distributed_lock(key = "doc:{id}", locker = locker, mode = "write", wait = "0s")]
+async fn write_doc_at_once(locker: &Locker, id: u64, ledger: &Ledger) -> Result<(), AppError> {
+    bump(id, ledger).await
+}
+
+/// Adds one to the document's counter with a deliberately non-atomic read, yield, write.
+async fn bump(id: u64, ledger: &Ledger) -> Result<(), AppError> {
     let inside = ledger.occupancy.enter();
     let seen = ledger.read(id);
     tokio::task::yield_now().await;
@@ -650,14 +661,15 @@ async fn mode_read_shares_and_mode_write_excludes(locker: Locker) {
     // A held read keeps the writer out; once it is released, the writer goes in.
     let read = locker.read("doc:2").await.unwrap();
     let ledger = Arc::new(Ledger::default());
-    let writer = tokio::spawn({
+    let try_write = || {
         let (locker, ledger) = (locker.clone(), ledger.clone());
-        async move { write_doc(&locker, 2, &ledger).await }
-    });
-    tokio::task::yield_now().await;
+        tokio::spawn(async move { write_doc_at_once(&locker, 2, &ledger).await })
+    };
+    let refused = try_write().await.expect("task").unwrap_err().lock_error();
+    assert!(refused.is_timeout(), "{refused:?}");
     assert_eq!(ledger.read(2), 0, "the writer went in beside a reader");
     read.release().await.unwrap();
-    writer
+    try_write()
         .await
         .expect("task")
         .expect("the writer, once the reader left");

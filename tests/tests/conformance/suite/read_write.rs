@@ -126,11 +126,13 @@ pub(crate) async fn a_waiting_writer_gets_in_while_readers_loop(store: &impl Sto
         )
         .await
         .expect("a writer starved by a stream of readers");
-    let reads_seen = reads.load(Ordering::SeqCst);
-    sleep(20 * MS).await;
-    assert_eq!(
-        reads.load(Ordering::SeqCst),
-        reads_seen,
+    let other = lockers[1].clone();
+    let reader_kept_out = tokio::spawn(async move {
+        let opts = LockOptions::new().kind(LockKind::Read);
+        other.try_lock_with("hot", opts).await.unwrap().is_none()
+    });
+    assert!(
+        join(reader_kept_out).await,
         "a reader got in beside the writer"
     );
     write.release().await.unwrap();
@@ -155,6 +157,9 @@ pub(crate) async fn queued_readers_go_in_together_after_a_write(store: &impl Sto
             let (locker, barrier, waiting) =
                 (lockers[i % 2].clone(), barrier.clone(), waiting.clone());
             tokio::spawn(async move {
+                let read = LockOptions::new().kind(LockKind::Read);
+                let refused = locker.try_lock_with("batch", read).await.unwrap();
+                assert!(refused.is_none(), "a reader got in beside the writer");
                 waiting.fetch_add(1, Ordering::SeqCst);
                 let guard = locker
                     .lock_with("batch", long_wait().kind(LockKind::Read))
@@ -167,15 +172,12 @@ pub(crate) async fn queued_readers_go_in_together_after_a_write(store: &impl Sto
             })
         })
         .collect();
+    // Every reader has been refused once, and waits for the writer.
+    let asked = Instant::now();
     while waiting.load(Ordering::SeqCst) < READERS {
+        assert!(asked.elapsed() < PATIENCE, "the readers never asked");
         sleep(MS).await;
     }
-    // Every reader has asked, and waits for the writer.
-    sleep(50 * MS).await;
-    assert!(
-        tasks.iter().all(|t| !t.is_finished()),
-        "a reader got in beside the writer"
-    );
     write.release().await.unwrap();
     let woken = Instant::now();
     for task in tasks {
