@@ -802,29 +802,44 @@ fn waiting_lockers(server: &RedisServer, name: &str) -> usize {
 async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
     let server = RedisServer::spawn();
     let holder_locker = connect(&server).await;
-    let mut held = holder_locker.lock("turns").await.unwrap();
+    let held = holder_locker.lock("turns").await.unwrap();
+    let opts = LockOptions::new().wait(30 * SEC);
+    one_wake_up_per_turn(&server, "turns", opts, held, |i| {
+        waiting_lockers(&server, "turns") == i + 1 && subscribers(&server, "turns") == i + 1
+    })
+    .await;
+    assert_eq!(waiting_lockers(&server, "turns"), 0);
+    let held = holder_locker.lock("turns").await.unwrap();
+    held.release().await.unwrap();
+}
+
+/// Three tasks, each on a `Locker` of its own, wait for `name` with `opts`, one after the
+/// other (each in line, as `in_line(i)` says, before the next asks); then `held` is
+/// released. Each turn costs one release and one attempt (the waiters not woken make
+/// none), and the waiters get the lock in the order they asked.
+async fn one_wake_up_per_turn(
+    server: &RedisServer,
+    name: &str,
+    opts: LockOptions,
+    held: LockGuard,
+    in_line: impl Fn(usize) -> bool,
+) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let mut turns = Vec::new();
     for i in 0..3 {
-        let locker = connect_quiet(&server).await;
+        let locker = connect_quiet(server).await;
         let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let got = got.clone();
+        let (got, name) = (got.clone(), name.to_owned());
         let task = tokio::spawn(async move {
-            let guard = locker
-                .lock_with("turns", LockOptions::new().wait(30 * SEC))
-                .await
-                .unwrap();
+            let guard = locker.lock_with(&name, opts).await.unwrap();
             got.lock().unwrap().push(i);
             released.await.unwrap();
             guard.release().await.unwrap();
         });
-        eventually(5 * SEC, "the waiter's Locker to be in line", || async {
-            waiting_lockers(&server, "turns") == i + 1 && subscribers(&server, "turns") == i + 1
-        })
-        .await;
+        eventually(5 * SEC, "the waiter to be in line", || async { in_line(i) }).await;
         turns.push((release, task));
     }
-    let before = evalsha_calls(&server);
+    let before = evalsha_calls(server);
     held.release().await.unwrap();
     for (i, (release, task)) in turns.into_iter().enumerate() {
         eventually(5 * SEC, "the next in turn to take the lock", || async {
@@ -833,7 +848,7 @@ async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
         .await;
         // One release and one attempt per turn: the Lockers not woken did not ask.
         assert_eq!(
-            evalsha_calls(&server) - before,
+            evalsha_calls(server) - before,
             2 * (i as u64 + 1),
             "turn {i}"
         );
@@ -845,9 +860,6 @@ async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
         [0, 1, 2],
         "not the longest waiting first"
     );
-    assert_eq!(waiting_lockers(&server, "turns"), 0);
-    held = holder_locker.lock("turns").await.unwrap();
-    held.release().await.unwrap();
 }
 
 /// A task of `locker` waiting up to 30 s for `name`: when it got it, and its guard.
@@ -1088,48 +1100,13 @@ async fn a_write_release_wakes_the_writer_waiting_longest_and_no_other() {
         let reply = server.cmd(&["HLEN", "lock:{pages}:writers"]).unwrap();
         usize::try_from(reply.as_int().unwrap()).unwrap()
     };
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let mut turns = Vec::new();
-    for i in 0..3 {
-        let locker = connect_quiet(&server).await;
-        let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let got = got.clone();
-        let task = tokio::spawn(async move {
-            let opts = LockOptions::new()
-                .kind(lock_core::LockKind::Write)
-                .wait(30 * SEC);
-            let guard = locker.lock_with("pages", opts).await.unwrap();
-            got.lock().unwrap().push(i);
-            released.await.unwrap();
-            guard.release().await.unwrap();
-        });
-        eventually(5 * SEC, "the writer to wait", || async {
-            waiting_writers() == i + 1 && subscribers(&server, "pages") == i + 1
-        })
-        .await;
-        turns.push((release, task));
-    }
-    let before = evalsha_calls(&server);
-    held.release().await.unwrap();
-    for (i, (release, task)) in turns.into_iter().enumerate() {
-        eventually(5 * SEC, "the next writer to take the lock", || async {
-            got.lock().unwrap().len() == i + 1
-        })
-        .await;
-        // One release and one attempt per turn: the writers not woken did not ask.
-        assert_eq!(
-            evalsha_calls(&server) - before,
-            2 * (i as u64 + 1),
-            "turn {i}"
-        );
-        release.send(()).unwrap();
-        timeout(5 * SEC, task).await.unwrap().unwrap();
-    }
-    assert_eq!(
-        *got.lock().unwrap(),
-        [0, 1, 2],
-        "not the longest waiting first"
-    );
+    let opts = LockOptions::new()
+        .kind(lock_core::LockKind::Write)
+        .wait(30 * SEC);
+    one_wake_up_per_turn(&server, "pages", opts, held, |i| {
+        waiting_writers() == i + 1 && subscribers(&server, "pages") == i + 1
+    })
+    .await;
     assert_eq!(waiting_writers(), 0);
 }
 
