@@ -6,11 +6,11 @@
 //! A task re-enters a hold only as a kind the hold's kind admits
 //! ([`LockKind::reenters`](crate::LockKind)): a read hold never becomes a write hold.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hashbrown::HashTable;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::lease::{Context, Lease};
 use crate::{LockKey, LockKind};
@@ -43,7 +43,7 @@ pub(crate) enum Reentry {
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
     holds: Mutex<HashTable<Arc<Lease>>>,
-    hasher: RandomState,
+    hasher: DefaultHashBuilder,
 }
 
 impl Holds {
