@@ -85,6 +85,14 @@ impl LockGuard {
         self.lease.fence
     }
 
+    /// How long the lease still runs, as this process reckons it: from when the command
+    /// that took or last renewed it was sent, so it errs early (on RedLock, less the
+    /// drift allowance). Zero once it ran out; `None` for a hold that lasts as long as a
+    /// session rather than a lease.
+    pub fn lease_left(&self) -> Option<Duration> {
+        self.lease.lease_left()
+    }
+
     /// Sets the lease to run `lease` from now (and, while the watchdog is on, renews it
     /// by that much from then on). Fails with [`LockError::NotHeld`] when the lock is no
     /// longer ours, which also marks the guard lost.

@@ -40,6 +40,8 @@ pub(crate) struct Lease {
     pub(crate) context: Context,
     /// Renewed while it lasts (lease stores); otherwise only marked lost at its deadline.
     pub(crate) watchdog: bool,
+    /// A session store's hold: it has no lease.
+    session: bool,
     /// Guards alive for this hold; changed under the reentrancy registry's lock.
     pub(crate) holds: AtomicUsize,
     lease_ms: AtomicU64,
@@ -71,6 +73,7 @@ impl Lease {
             kind: request.kind,
             context,
             watchdog,
+            session: until.is_none(),
             holds: 1.into(),
             lease_ms: AtomicU64::new(0),
             expires_at: AtomicU64::new(0),
@@ -107,6 +110,11 @@ impl Lease {
 
     pub(crate) fn expires_at(&self) -> Instant {
         self.epoch + Duration::from_nanos(self.expires_at.load(Ordering::Acquire))
+    }
+
+    /// How long the lease still runs; `None` for a session's hold.
+    pub(crate) fn lease_left(&self) -> Option<Duration> {
+        (!self.session).then(|| self.expires_at().saturating_duration_since(Instant::now()))
     }
 
     /// `at`, moved back to a multiple of `grid` since the Locker's epoch.

@@ -585,11 +585,13 @@ impl Store for MemoryStore {
 
 impl ClientWait for MemoryStore {
     type Listening = ();
+    type Tried = ();
 
     fn attempt<'a>(
         &'a self,
         request: &'a Acquire,
         waits_for: Duration,
+        _tried: &'a mut (),
     ) -> impl Future<Output = Result<Attempt, LockError>> + Send + 'a {
         ready(self.try_acquire(request, waits_for))
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
-use crate::backend::redis::{RedisConfig, RedisStore, redact};
+use crate::backend::redis::{Drift, RedLockStore, RedisConfig, RedisStore, redact};
 use crate::backend::{MemoryStore, Store};
 use crate::options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
 use crate::{LockError, key};
@@ -29,8 +29,9 @@ const MIN_SAFETY_POLL: Duration = Duration::from_millis(10);
 const MAX_SAFETY_POLL: Duration = Duration::from_secs(4);
 
 /// Configures a [`Locker`]. Every setting is optional except a store: a Redis
-/// [`url`](Self::url), a bb8 [`pool`](Self::pool), [`in_memory`](Self::in_memory), or a
-/// [`store`](Self::store) of your own.
+/// [`url`](Self::url), a bb8 [`pool`](Self::pool), RedLock over independent
+/// [masters](Self::redlock), [`in_memory`](Self::in_memory), or a [`store`](Self::store)
+/// of your own.
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -53,6 +54,8 @@ const MAX_SAFETY_POLL: Duration = Duration::from_secs(4);
 pub struct LockerBuilder {
     url: Option<String>,
     pool: Option<bb8::Pool<RedisConnectionManager>>,
+    redlock: Option<Vec<String>>,
+    redlock_drift: Option<Drift>,
     in_memory: bool,
     store: Option<Arc<dyn Store>>,
     namespace: Option<String>,
@@ -70,6 +73,14 @@ impl fmt::Debug for LockerBuilder {
         f.debug_struct("LockerBuilder")
             .field("url", &self.url.as_deref().map(redact))
             .field("pool", &self.pool.is_some())
+            .field(
+                "redlock",
+                &self
+                    .redlock
+                    .as_ref()
+                    .map(|urls| urls.iter().map(|u| redact(u)).collect::<Vec<_>>()),
+            )
+            .field("redlock_drift", &self.redlock_drift)
             .field("in_memory", &self.in_memory)
             .field("store", &self.store.as_ref().map(|s| s.name().to_owned()))
             .field("namespace", &self.namespace)
@@ -101,6 +112,26 @@ impl LockerBuilder {
     /// it breaks, it opens another the same way.
     pub fn pool(mut self, pool: bb8::Pool<RedisConnectionManager>) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Hold every lock on a quorum of these independent Redis masters (RedLock; an odd
+    /// number of them, at least 3): see [`Locker::redlock`].
+    pub fn redlock<I, S>(mut self, master_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls = master_urls.into_iter().map(|u| u.as_ref().to_owned());
+        self.redlock = Some(urls.collect());
+        self
+    }
+
+    /// How far the clocks of this process and the RedLock masters may drift apart during
+    /// a lease: `per_lease` of the lease plus `fixed` is taken off every lease's validity
+    /// (default 1% of the lease plus 2 ms). Only for [`redlock`](Self::redlock).
+    pub fn redlock_drift(mut self, per_lease: f64, fixed: Duration) -> Self {
+        self.redlock_drift = Some(Drift { per_lease, fixed });
         self
     }
 
@@ -210,7 +241,52 @@ impl LockerBuilder {
                 "safety poll must be from {MIN_SAFETY_POLL:?} to {MAX_SAFETY_POLL:?}, got {safety_poll:?}"
             )));
         }
+        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let local_handovers = self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS);
         let redis = self.url.is_some() || self.pool.is_some();
+        if let Some(urls) = self.redlock {
+            if redis || self.in_memory || self.store.is_some() {
+                return Err(LockError::Config(
+                    "redlock(..) cannot be combined with url(..), pool(..), in_memory() or store(..)"
+                        .into(),
+                ));
+            }
+            if urls.len() < 3 || urls.len() % 2 == 0 {
+                return Err(LockError::Config(format!(
+                    "redlock needs an odd number of masters, at least 3; got {}",
+                    urls.len()
+                )));
+            }
+            let drift = self.redlock_drift.unwrap_or(Drift::DEFAULT);
+            if !(0.0..0.5).contains(&drift.per_lease) {
+                return Err(LockError::Config(format!(
+                    "redlock drift must be from 0 to less than half the lease, got {}",
+                    drift.per_lease
+                )));
+            }
+            let configs = urls
+                .into_iter()
+                .map(|url| {
+                    redis_config(
+                        Some(url),
+                        None,
+                        self.namespace.clone(),
+                        fence_ttl,
+                        connect_timeout,
+                        // A release on one master cannot hand the lock over on the others.
+                        0,
+                        safety_poll,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let store = RedLockStore::connect(configs, drift).await?;
+            return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
+        }
+        if self.redlock_drift.is_some() {
+            return Err(LockError::Config(
+                "redlock_drift(..) applies only to redlock(..)".into(),
+            ));
+        }
         let store: Arc<dyn Store> = match (self.store, self.in_memory, redis) {
             (Some(store), false, false) => store,
             (Some(_), _, _) => {
@@ -226,7 +302,7 @@ impl LockerBuilder {
             }
             (None, false, false) => {
                 return Err(LockError::Config(
-                    "no store: call url(..), pool(..), in_memory() or store(..) on the builder"
+                    "no store: call url(..), pool(..), redlock(..), in_memory() or store(..) on the builder"
                         .into(),
                 ));
             }
@@ -236,8 +312,8 @@ impl LockerBuilder {
                     self.pool,
                     self.namespace,
                     fence_ttl,
-                    self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
-                    self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS),
+                    connect_timeout,
+                    local_handovers,
                     safety_poll,
                 )?)
                 .await?,

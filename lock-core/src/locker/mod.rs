@@ -76,6 +76,31 @@ impl Locker {
         Self::builder().url(url).build().await
     }
 
+    /// Holds every lock on a quorum of independent Redis masters (RedLock), given as an
+    /// odd number of urls, at least 3, with the default settings (see
+    /// [`LockerBuilder::redlock`] for the others). Fails unless a majority of them answer
+    /// within the connect timeout; the others are used once they answer.
+    ///
+    /// A lock is taken when a majority of the masters grant it (for a semaphore of `p`
+    /// permits, `⌊p·n/(p+1)⌋ + 1` of `n`, so that no more than `p` hold it), each asked at
+    /// once and given a twentieth of the lease to answer; it is valid until the
+    /// majority's leases run out, less an allowance for clock drift (1% of the lease plus
+    /// 2 ms). A call that cannot reach the quorum fails with [`LockError::Quorum`].
+    /// Renewals and [`LockGuard::extend`] need the quorum too; a lease that loses it is
+    /// lost. Fair locks are not offered: independent masters could disagree on the order.
+    ///
+    /// The fencing token is the largest of the granting masters' counters: strictly
+    /// increasing as long as no master loses its data (a master restarted without
+    /// persistence can repeat tokens, and can let two holders in at once, as Martin
+    /// Kleppmann's analysis of RedLock points out). Check the token where the data lives.
+    pub async fn redlock<I, S>(master_urls: I) -> Result<Locker, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().redlock(master_urls).build().await
+    }
+
     /// Starts configuring a `Locker`.
     pub fn builder() -> LockerBuilder {
         LockerBuilder::default()

@@ -30,12 +30,17 @@ pub(crate) trait ClientWait: Send + Sync {
     /// wake-ups are being delivered).
     type Listening: Default + Send + Sync;
 
+    /// What the store remembers of one acquisition's earlier attempts (RedLock: the
+    /// masters it stopped asking).
+    type Tried: Default + Send;
+
     /// One attempt at the lock; its caller waits `waits_for` more if it is held (zero:
-    /// this is its only attempt).
+    /// this is its only attempt). `tried` is what the acquisition's earlier attempts left.
     fn attempt<'a>(
         &'a self,
         request: &'a Acquire,
         waits_for: Duration,
+        tried: &'a mut Self::Tried,
     ) -> impl Future<Output = Result<Attempt, LockError>> + Send + 'a;
 
     /// Joins the lock's line, and makes sure its wake-ups are delivered. `Joined::already_listening`
@@ -127,8 +132,10 @@ pub(crate) async fn acquire<S: ClientWait>(
         found: Found::Nothing,
         clock: None,
     };
+    let mut tried = S::Tried::default();
     // The uncontended path: one attempt, nothing registered.
-    if let Some(acquired) = read_attempt(attempt(store, request).await, &mut findings)? {
+    if let Some(acquired) = read_attempt(attempt(store, request, &mut tried).await, &mut findings)?
+    {
         return Ok(Outcome::Acquired(acquired));
     }
     if Instant::now() >= request.deadline {
@@ -161,7 +168,8 @@ pub(crate) async fn acquire<S: ClientWait>(
             return Ok(Outcome::Acquired(Acquired::lease(fence, until)));
         }
         if !std::mem::take(&mut ticket.already_listening) {
-            if let Some(acquired) = read_attempt(attempt(store, request).await, &mut findings)? {
+            let outcome = attempt(store, request, &mut tried).await;
+            if let Some(acquired) = read_attempt(outcome, &mut findings)? {
                 ticket.succeeded();
                 return Ok(Outcome::Acquired(acquired));
             }
@@ -201,9 +209,10 @@ fn next_attempt<S: ClientWait>(
 async fn attempt<S: ClientWait>(
     store: &S,
     request: &Acquire,
+    tried: &mut S::Tried,
 ) -> Option<Result<Attempt, LockError>> {
     let waits_for = request.deadline.saturating_duration_since(Instant::now());
-    let attempt = store.attempt(request, waits_for);
+    let attempt = store.attempt(request, waits_for, tried);
     // Boxed with its timer: inline, they would make every waiting task's future 4x larger.
     if waits_for.is_zero() {
         return Some(Box::pin(attempt).await);

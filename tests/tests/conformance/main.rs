@@ -88,5 +88,33 @@ impl StoreUnderTest for Redis {
     }
 }
 
+/// Three `redis-server`s of the test's own, each `Locker` holding its locks on a quorum of
+/// them (RedLock).
+#[derive(Debug)]
+struct RedLock {
+    masters: Vec<RedisServer>,
+}
+
+impl RedLock {
+    fn spawn() -> Self {
+        Self {
+            masters: RedisServer::spawn_many(3),
+        }
+    }
+}
+
+impl StoreUnderTest for RedLock {
+    fn name(&self) -> &str {
+        "redlock"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::redlock(self.masters.iter().map(RedisServer::url))
+            .await
+            .expect("connect to the test redlock masters")
+    }
+}
+
 conformance!(memory, Memory::new());
 conformance!(redis, Redis::spawn());
+conformance!(redlock, RedLock::spawn());

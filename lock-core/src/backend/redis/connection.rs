@@ -53,6 +53,11 @@ impl Connection {
         }
     }
 
+    /// How long opening a connection may take.
+    pub(super) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// Where the connection goes, for messages.
     pub(super) fn address(&self) -> &str {
         &self.address

@@ -1,4 +1,4 @@
-//! The Redis store: locks on a single Redis node.
+//! The Redis store: locks on a single Redis node, and over N independent ones (RedLock).
 //!
 //! - [`keys`]: where a lock lives (its store keys and wake-up channels);
 //! - [`connection`]: the one multiplexed connection every call shares;
@@ -8,7 +8,8 @@
 //!   share a lock, have in common;
 //! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
-//! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs.
+//! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs;
+//! - [`redlock`]: one lock over N independent masters, each a store of this kind.
 //!
 //! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
 //! attempts, and the hub wakes its waiters.
@@ -37,6 +38,7 @@ mod handover;
 mod hub;
 mod keys;
 mod read_write;
+mod redlock;
 mod scripts;
 mod semaphore;
 mod shared;
@@ -45,6 +47,7 @@ pub(crate) use connection::redact;
 use connection::{Conn, Connection, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
+pub(crate) use redlock::{Drift, RedLockStore};
 use scripts::{ScriptCall, Scripts};
 
 /// Renewals per pipeline.
@@ -109,6 +112,17 @@ impl RedisStore {
     /// Opens the commands' connection (within the connect timeout) and loads the scripts,
     /// so that a wrong address or password fails here, with the address and the cause.
     pub(crate) async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        let store = Self::new(config, Arc::default())?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// A store on the server of `config`, whose hub wakes the waiters of `lines`; no
+    /// connection is opened yet.
+    pub(super) fn new(
+        config: RedisConfig,
+        lines: Arc<Lines<Listening>>,
+    ) -> Result<Self, LockError> {
         let RedisConfig {
             client,
             pool,
@@ -125,7 +139,6 @@ impl RedisStore {
             (None, None) => return Err(LockError::Config("no redis url or pool".into())),
         };
         let connection = Connection::new(source, address, connect_timeout);
-        let lines = Arc::new(Lines::default());
         let channels = Channels::new();
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let me = me.clone();
@@ -155,18 +168,19 @@ impl RedisStore {
                 background: TaskTracker::new(),
             }
         });
-        let store = RedisStore(inner);
-        let loaded = tokio::time::timeout(connect_timeout, store.load_scripts()).await;
-        match loaded {
-            Ok(result) => result?,
-            Err(_) => {
-                return Err(LockError::backend(
-                    format!("cannot connect to redis at {}", store.connection.address()),
-                    format!("no answer within {connect_timeout:?}"),
-                ));
-            }
+        Ok(RedisStore(inner))
+    }
+
+    /// Opens the commands' connection and loads the scripts, within the connect timeout.
+    pub(super) async fn ready(&self) -> Result<(), LockError> {
+        let connect_timeout = self.connection.connect_timeout();
+        match tokio::time::timeout(connect_timeout, self.load_scripts()).await {
+            Ok(result) => result,
+            Err(_) => Err(LockError::backend(
+                format!("cannot connect to redis at {}", self.connection.address()),
+                format!("no answer within {connect_timeout:?}"),
+            )),
         }
-        Ok(store)
     }
 
     async fn load_scripts(&self) -> Result<(), LockError> {
@@ -312,6 +326,26 @@ impl RedisStore {
         Ok(renewed)
     }
 
+    /// Raises lock `key`'s fence counter to at least `fence`, so that every later token
+    /// of this server exceeds it.
+    async fn raise_fence(
+        &self,
+        key: &LockKey,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<(), LockError> {
+        let key = self.key(key);
+        let mut call = self.scripts.raise_fence.key(key.fence());
+        call.arg(fence).arg(self.fence_ttl_ms(lease));
+        self.connection
+            .run("raise a fence counter", |mut conn| {
+                let call = &call;
+                async move { call.invoke_async::<i64>(&mut conn).await }
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Releases lock `key` as `how` says, in the background: a lock handed over to a
     /// waiter that gave up, a fair waiter leaving the line, an acquire cut short.
     fn release_detached(&self, key: &RedisKey, token: &str, how: Release) {
@@ -414,11 +448,13 @@ impl Store for RedisStore {
 
 impl ClientWait for RedisStore {
     type Listening = Listening;
+    type Tried = ();
 
     async fn attempt<'a>(
         &'a self,
         request: &'a Acquire,
         waits_for: Duration,
+        _tried: &'a mut (),
     ) -> Result<Attempt, LockError> {
         match request.kind {
             LockKind::Exclusive => self.attempt_exclusive(request, waits_for).await,
@@ -496,18 +532,7 @@ impl ClientWait for RedisStore {
 
     fn left(&self, left: Left<'_, Listening>) {
         let key = RedisKey::from_redis(left.line.key());
-        if !left.held {
-            match left.kind {
-                LockKind::Fair => self.release_detached(&key, left.token, Release::Leave),
-                // Out of the waiting writers, so that the readers behind it may go in.
-                LockKind::Write => self.release_detached(&key, left.token, Release::Write),
-                _ => {}
-            }
-        }
-        if left.leftover == Leftover::Release {
-            // Handed over to this waiter, which gave up before taking it: free it.
-            self.release_detached(&key, left.token, Release::Exclusive);
-        }
+        self.leave_store_line(&key, &left);
         let Some(hub) = &self.hub else {
             self.lines.leave(left.line, WhenEmpty::Remove, |_| {});
             return;
@@ -522,6 +547,26 @@ impl ClientWait for RedisStore {
         if last && !left.held {
             // Nobody here waits any more: take this `Locker` out of those a release wakes.
             self.stop_waiting_detached(&key);
+        }
+    }
+}
+
+impl RedisStore {
+    /// What a waiter that left its line leaves behind in Redis, given back in the
+    /// background: its place among a fair lock's line or a write lock's waiting writers,
+    /// and a lock handed over to it that it never took up.
+    fn leave_store_line(&self, key: &RedisKey, left: &Left<'_, Listening>) {
+        if !left.held {
+            match left.kind {
+                LockKind::Fair => self.release_detached(key, left.token, Release::Leave),
+                // Out of the waiting writers, so that the readers behind it may go in.
+                LockKind::Write => self.release_detached(key, left.token, Release::Write),
+                _ => {}
+            }
+        }
+        if left.leftover == Leftover::Release {
+            // Handed over to this waiter, which gave up before taking it: free it.
+            self.release_detached(key, left.token, Release::Exclusive);
         }
     }
 }

@@ -131,6 +131,8 @@ pub(super) struct Scripts {
     pub(super) set_permits: LockScript,
     /// Whether the caller holds a lock.
     pub(super) held: LockScript,
+    /// Raise a fence counter to at least a token (RedLock).
+    pub(super) raise_fence: LockScript,
 }
 
 impl Scripts {
@@ -172,11 +174,12 @@ impl Scripts {
             permits: script!(3: "shared.lua", "permits.lua"),
             set_permits: script!(3: "lockers.lua", "set_permits.lua"),
             held: script!(2: "shared.lua", "held.lua"),
+            raise_fence: script!(1: "raise_fence.lua"),
         }
     }
 
     /// Each script, to load them all up front.
-    pub(super) fn all(&self) -> [&LockScript; 16] {
+    pub(super) fn all(&self) -> [&LockScript; 17] {
         [
             &self.acquire,
             &self.release,
@@ -194,6 +197,7 @@ impl Scripts {
             &self.permits,
             &self.set_permits,
             &self.held,
+            &self.raise_fence,
         ]
     }
 }

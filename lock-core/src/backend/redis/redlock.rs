@@ -1,0 +1,584 @@
+//! RedLock: one lock over N independent Redis masters, held while a quorum of them hold
+//! it.
+//!
+//! Each master is a [`RedisStore`] of its own (connection, scripts, pub/sub hub), and all
+//! of them wake the same local [lines](crate::wait::line): a release on any master wakes
+//! the waiters here. Waiting is lock-core's client-side wait, with one attempt asking
+//! every master at once:
+//!
+//! - each master gets a twentieth of the lease to answer (as redsync does); a master that
+//!   does not is released by token in the background, and is not asked again during this
+//!   acquisition, so that a late release can never undo a later grant;
+//! - the lock is taken when a quorum granted it and it is still valid: it runs until the
+//!   quorum-th latest of their leases (each reckoned from when its command was sent) less
+//!   the drift allowance. Otherwise every master that granted it releases it before the
+//!   next attempt;
+//! - its fencing token is the largest of the granting masters' tokens (times the number
+//!   of masters, plus the index of the one that drew it, so that readers and permits
+//!   sharing a lock never get the same one), and those of them whose counter is below
+//!   that largest raise it to it (unless a quorum drew it already), so that the next
+//!   quorum, which shares a master with this one, draws a larger one;
+//! - renewals, `extend` and `is_held` need the quorum too; a lease that loses it is lost.
+//!
+//! The quorum is a majority, except for a semaphore of `p` permits, which needs
+//! `⌊p·n/(p+1)⌋ + 1` of `n` masters so that `p + 1` holders can never each have theirs.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::hub::Listening;
+use super::keys::RedisKey;
+use super::{RedisConfig, RedisStore, Release};
+use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::kind::Sharing;
+use crate::wait::handover::Handover;
+use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
+use crate::wait::{self, Attempt, ClientWait, Joined, Left};
+use crate::{LockError, LockKey, LockKind};
+
+/// The share of the lease each master gets to answer an attempt or a renewal.
+const PER_MASTER: u32 = 20;
+
+/// How much the clocks of this process and of the masters may drift apart during a
+/// lease: it is taken off every lease's validity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Drift {
+    /// The share of the lease.
+    pub(crate) per_lease: f64,
+    /// And a fixed allowance on top.
+    pub(crate) fixed: Duration,
+}
+
+impl Drift {
+    /// The default: 1% of the lease, plus 2 ms.
+    pub(crate) const DEFAULT: Drift = Drift {
+        per_lease: 0.01,
+        fixed: Duration::from_millis(2),
+    };
+
+    fn of(self, lease: Duration) -> Duration {
+        lease.mul_f64(self.per_lease) + self.fixed
+    }
+}
+
+/// Locks over N independent Redis masters.
+#[derive(Debug)]
+pub(crate) struct RedLockStore {
+    masters: Vec<RedisStore>,
+    /// The waiters of this `Locker`, which every master's hub wakes.
+    lines: Arc<Lines<Listening>>,
+    drift: Drift,
+    safety_poll: Duration,
+}
+
+impl RedLockStore {
+    /// Opens a store on each master of `configs` and connects to them all at once;
+    /// fails unless a majority answer within the connect timeout. The others are
+    /// connected to when they come back.
+    pub(crate) async fn connect(
+        configs: Vec<RedisConfig>,
+        drift: Drift,
+    ) -> Result<Self, LockError> {
+        let lines: Arc<Lines<Listening>> = Arc::default();
+        let safety_poll = configs.first().map_or(Duration::ZERO, |c| c.safety_poll);
+        let masters = configs
+            .into_iter()
+            .map(|config| RedisStore::new(config, lines.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let answers = join_all(masters.iter().map(RedisStore::ready)).await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        let needed = majority(masters.len());
+        if answered < needed {
+            let cause = answers.into_iter().find_map(Result::err);
+            return Err(LockError::backend(
+                format!(
+                    "cannot connect to a majority of the redlock masters: {answered} of {} answered, {needed} needed",
+                    masters.len()
+                ),
+                cause.map_or_else(|| "no answer".to_owned(), |e| e.to_string()),
+            ));
+        }
+        Ok(Self {
+            masters,
+            lines,
+            drift,
+            safety_poll,
+        })
+    }
+
+    /// How many masters must hold a lock of `kind`.
+    fn quorum(&self, kind: LockKind) -> usize {
+        let n = self.masters.len();
+        match kind {
+            LockKind::Semaphore { permits } => {
+                let p = permits as usize;
+                (p * n / (p + 1) + 1).max(majority(n))
+            }
+            _ => majority(n),
+        }
+    }
+
+    fn quorum_error(&self, key: &LockKey, acquired: usize, needed: usize) -> LockError {
+        LockError::Quorum {
+            key: key.to_string(),
+            acquired,
+            needed,
+        }
+    }
+
+    /// The instant until which a lock of `kind` held until each of `untils` (one per
+    /// master that holds it) is valid: the quorum-th latest, less the drift; `None`
+    /// without a quorum.
+    fn valid_until(
+        &self,
+        kind: LockKind,
+        lease: Duration,
+        untils: &mut [Instant],
+    ) -> Option<Instant> {
+        let needed = self.quorum(kind);
+        if untils.len() < needed {
+            return None;
+        }
+        untils.sort_unstable_by(|a, b| b.cmp(a));
+        untils[needed - 1].checked_sub(self.drift.of(lease))
+    }
+
+    /// The fencing token of a grant by `granted`: the largest of their tokens, times the
+    /// number of masters, plus the index of the master that drew it, so that holders who
+    /// share a lock (readers, permits) never get the same one.
+    fn fence(&self, granted: &[(usize, u64)]) -> u64 {
+        let (i, fence) = granted
+            .iter()
+            .copied()
+            .max_by_key(|&(i, fence)| (fence, i))
+            .unwrap_or((0, 0));
+        fence
+            .saturating_mul(self.masters.len() as u64)
+            .saturating_add(i as u64)
+    }
+
+    /// Makes the token of a grant by `granted` (the largest of their tokens) the floor of
+    /// every later one: each granting master whose counter is below it raises it, unless
+    /// a quorum of them drew it already. Any later quorum shares a master with this
+    /// one, whose counter then draws above it. Says whether a quorum holds it as floor.
+    async fn fence_raised(&self, request: &Acquire, granted: &[(usize, u64)]) -> bool {
+        let needed = self.quorum(request.kind);
+        let fence = granted.iter().map(|&(_, fence)| fence).max().unwrap_or(0);
+        let at_fence = granted.iter().filter(|&&(_, f)| f == fence).count();
+        if at_fence >= needed {
+            return true;
+        }
+        let patience = request.lease / PER_MASTER;
+        let raises = granted.iter().filter(|&&(_, f)| f < fence).map(|&(i, _)| {
+            let raise = self.masters[i].raise_fence(&request.key, fence, request.lease);
+            async move { matches!(tokio::time::timeout(patience, raise).await, Ok(Ok(()))) }
+        });
+        let raised = join_all(raises).await.into_iter().filter(|&r| r).count();
+        at_fence + raised >= needed
+    }
+
+    /// Gives back, on every master in `granted`, the hold an attempt that fell short took
+    /// there, each within its share of the lease. A master that does not answer in time
+    /// is not asked again during this acquisition (its release may land later).
+    async fn roll_back(
+        &self,
+        request: &Acquire,
+        granted: &[(usize, u64)],
+        mut rollback: Rollback<'_>,
+        tried: &mut Tried,
+    ) {
+        let patience = request.lease / PER_MASTER;
+        let releases = granted.iter().map(|&(i, fence)| async move {
+            let hold = Hold {
+                key: &request.key,
+                token: &request.token,
+                kind: request.kind,
+                fence,
+            };
+            let released = tokio::time::timeout(patience, self.masters[i].release(&hold)).await;
+            (i, released.is_ok())
+        });
+        for (i, answered) in join_all(releases).await {
+            if !answered {
+                tried.stop_asking(i);
+            }
+        }
+        rollback.pending.clear();
+    }
+}
+
+/// The masters a majority of `n` is made of.
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// How a hold of `kind` is released on one master.
+fn release_of(kind: LockKind) -> Release {
+    match kind {
+        LockKind::Exclusive => Release::Exclusive,
+        kind => match kind.sharing() {
+            Sharing::Owner => Release::Write,
+            sharing => Release::Shared(sharing),
+        },
+    }
+}
+
+/// The masters that an acquisition no longer asks: their answer to an earlier attempt
+/// was cut short, and the release that followed may land after a new grant.
+#[derive(Debug, Default)]
+pub(crate) struct Tried {
+    not_asked: Vec<usize>,
+}
+
+impl Tried {
+    fn stop_asking(&mut self, master: usize) {
+        if !self.not_asked.contains(&master) {
+            self.not_asked.push(master);
+        }
+    }
+
+    fn asks(&self, master: usize) -> bool {
+        !self.not_asked.contains(&master)
+    }
+}
+
+/// The masters that granted an attempt, released in the background should the attempt be
+/// cut short before it hands the lock over or gives it back.
+struct Rollback<'a> {
+    store: &'a RedLockStore,
+    request: &'a Acquire,
+    pending: Vec<usize>,
+}
+
+impl Drop for Rollback<'_> {
+    fn drop(&mut self) {
+        let key = self.store.masters.first().map(|m| m.key(&self.request.key));
+        let Some(key) = key else { return };
+        for &i in &self.pending {
+            let how = release_of(self.request.kind);
+            self.store.masters[i].release_detached(&key, &self.request.token, how);
+        }
+    }
+}
+
+/// One master's answer to an attempt.
+enum Answer {
+    Granted {
+        fence: u64,
+        until: Instant,
+    },
+    Held(Option<Duration>),
+    /// It refused what was asked.
+    Refused(LockError),
+    /// It failed, or did not answer in time.
+    None,
+}
+
+impl Store for RedLockStore {
+    fn name(&self) -> &str {
+        "redlock"
+    }
+
+    /// Every kind but the fair lock: N independent lines could disagree on its order.
+    fn supports(&self, kind: LockKind) -> bool {
+        kind != LockKind::Fair
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        Box::pin(wait::acquire(self, request))
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let patience = self.masters[0].connection.connect_timeout();
+            let releases = self
+                .masters
+                .iter()
+                .map(|m| tokio::time::timeout(patience, m.release(hold)));
+            let answers = join_all(releases).await;
+            let released = answers.iter().filter(|a| matches!(a, Ok(Ok(true)))).count();
+            let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
+            let needed = self.quorum(hold.kind);
+            if answered < needed {
+                return Err(self.quorum_error(hold.key, released, needed));
+            }
+            Ok(released >= needed)
+        })
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        Box::pin(async move {
+            let patience = leases
+                .iter()
+                .map(|r| r.lease / PER_MASTER)
+                .min()
+                .unwrap_or_default();
+            let sent_at = Instant::now();
+            let renewals = self
+                .masters
+                .iter()
+                .map(|m| tokio::time::timeout(patience, m.renew(leases)));
+            let answers: Vec<Option<Vec<Option<Instant>>>> = join_all(renewals)
+                .await
+                .into_iter()
+                .map(|a| a.ok().and_then(Result::ok))
+                .collect();
+            let unanswered = answers.iter().filter(|a| a.is_none()).count();
+            let mut decided = 0;
+            let renewed: Vec<Option<Instant>> = leases
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let mut untils: Vec<Instant> =
+                        answers.iter().flatten().filter_map(|a| a[i]).collect();
+                    let needed = self.quorum(r.hold.kind);
+                    let held = untils.len();
+                    if let Some(until) = self.valid_until(r.hold.kind, r.lease, &mut untils) {
+                        decided += 1;
+                        Some(until)
+                    } else if held + unanswered < needed {
+                        // No longer held by a quorum, whatever the others say.
+                        decided += 1;
+                        None
+                    } else {
+                        // Undecided: the lease keeps its deadline (a renewal never moves
+                        // it back) and is asked again at its next check.
+                        Some(sent_at)
+                    }
+                })
+                .collect();
+            if decided == 0 && !leases.is_empty() {
+                let needed = self.quorum(leases[0].hold.kind);
+                return Err(self.quorum_error(
+                    leases[0].hold.key,
+                    self.masters.len() - unanswered,
+                    needed,
+                ));
+            }
+            Ok(renewed)
+        })
+    }
+
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let patience = self.masters[0].connection.connect_timeout();
+            let asks = self
+                .masters
+                .iter()
+                .map(|m| tokio::time::timeout(patience, m.is_held(hold)));
+            let answers = join_all(asks).await;
+            let held = answers.iter().filter(|a| matches!(a, Ok(Ok(true)))).count();
+            let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
+            let needed = self.quorum(hold.kind);
+            if held < needed && answered < needed {
+                return Err(self.quorum_error(hold.key, held, needed));
+            }
+            Ok(held >= needed)
+        })
+    }
+
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(async move {
+            let patience = self.masters[0].connection.connect_timeout();
+            let asks = self
+                .masters
+                .iter()
+                .map(|m| tokio::time::timeout(patience, m.available(key, permits)));
+            let mut free: Vec<u32> = join_all(asks)
+                .await
+                .into_iter()
+                .filter_map(|a| a.ok().and_then(Result::ok))
+                .collect();
+            let needed = self.quorum(LockKind::Semaphore { permits });
+            if free.len() < needed {
+                return Err(self.quorum_error(key, free.len(), needed));
+            }
+            // A permit is free when a quorum could grant it.
+            free.sort_unstable_by(|a, b| b.cmp(a));
+            Ok(free[needed - 1])
+        })
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let patience = self.masters[0].connection.connect_timeout();
+            let sets = self
+                .masters
+                .iter()
+                .map(|m| tokio::time::timeout(patience, m.set_permits(key, permits)));
+            let set = join_all(sets)
+                .await
+                .iter()
+                .filter(|a| matches!(a, Ok(Ok(()))))
+                .count();
+            let needed = self.quorum(LockKind::Semaphore { permits });
+            if set < needed {
+                return Err(self.quorum_error(key, set, needed));
+            }
+            Ok(())
+        })
+    }
+
+    fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            join_all(self.masters.iter().map(|m| m.flush())).await;
+        })
+    }
+}
+
+impl ClientWait for RedLockStore {
+    type Listening = Listening;
+    type Tried = Tried;
+
+    async fn attempt<'a>(
+        &'a self,
+        request: &'a Acquire,
+        waits_for: Duration,
+        tried: &'a mut Tried,
+    ) -> Result<Attempt, LockError> {
+        let patience = request.lease / PER_MASTER;
+        let asks = self.masters.iter().enumerate().map(|(i, master)| {
+            let asked = tried.asks(i);
+            async move {
+                if !asked {
+                    return Answer::None;
+                }
+                let answer =
+                    tokio::time::timeout(patience, master.attempt(request, waits_for, &mut ()))
+                        .await;
+                match answer {
+                    Ok(Ok(Attempt::Acquired { fence, until })) => Answer::Granted { fence, until },
+                    Ok(Ok(Attempt::Held { ttl, .. })) => Answer::Held(ttl),
+                    Ok(Err(e)) if e.is_backend() => {
+                        tracing::debug!(key = %request.key, error = %e, "a redlock master failed");
+                        Answer::None
+                    }
+                    // Refused for what was asked (a semaphore of another count): every
+                    // master refuses it alike.
+                    Ok(Err(e)) => Answer::Refused(e),
+                    Err(_) => Answer::None,
+                }
+            }
+        });
+        let answers = join_all(asks).await;
+        let mut granted = Vec::new();
+        let mut untils = Vec::new();
+        let mut holder_ttl: Option<Duration> = None;
+        let mut answered = 0;
+        let mut refused = None;
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Answer::Granted { fence, until } => {
+                    granted.push((i, fence));
+                    untils.push(until);
+                    answered += 1;
+                }
+                Answer::Held(ttl) => {
+                    holder_ttl = match (holder_ttl, ttl) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    answered += 1;
+                }
+                Answer::Refused(e) => refused = Some(e),
+                Answer::None => tried.stop_asking(i),
+            }
+        }
+        let mut rollback = Rollback {
+            store: self,
+            request,
+            pending: granted.iter().map(|&(i, _)| i).collect(),
+        };
+        if refused.is_none()
+            && let Some(until) = self.valid_until(request.kind, request.lease, &mut untils)
+            && self.fence_raised(request, &granted).await
+            && until > Instant::now()
+        {
+            rollback.pending.clear();
+            return Ok(Attempt::Acquired {
+                fence: self.fence(&granted),
+                until,
+            });
+        }
+        self.roll_back(request, &granted, rollback, tried).await;
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        let needed = self.quorum(request.kind);
+        let can_answer = self.masters.len() - tried.not_asked.len();
+        if answered < needed || can_answer < needed {
+            return Err(self.quorum_error(&request.key, granted.len(), needed));
+        }
+        Ok(Attempt::Held {
+            ttl: holder_ttl,
+            clock: None,
+        })
+    }
+
+    fn join(&self, request: &Acquire) -> Joined<Listening> {
+        let key = self.masters[0].key(&request.key);
+        let hubs = || self.masters.iter().filter_map(|m| m.hub.as_ref());
+        hubs().for_each(|hub| hub.ensure_running());
+        let line = self.lines.join(key.shared(), |edge| {
+            if edge == Edge::Changed {
+                hubs().for_each(|hub| hub.subscribe(key.shared().clone()));
+            }
+        });
+        // Each master wakes one waiting `Locker`, not necessarily this one: try again
+        // once in line.
+        Joined {
+            line,
+            already_listening: false,
+        }
+    }
+
+    fn handover(&self, _kind: LockKind) -> Handover {
+        Handover::Off
+    }
+
+    /// At most a safety poll: the masters' hubs share the line's readiness, and one
+    /// whose master is gone may never set it.
+    fn until_listening(
+        &self,
+        line: &Line<Listening>,
+        limit: Duration,
+    ) -> impl Future<Output = ()> + Send {
+        let limit = limit.min(self.safety_poll);
+        async move {
+            let _ = tokio::time::timeout(limit, line.listening.until_ready()).await;
+        }
+    }
+
+    fn poll_interval(
+        &self,
+        holder_ttl: Option<Duration>,
+        line: &Line<Listening>,
+        failed: u32,
+    ) -> Duration {
+        self.masters[0].poll_interval(holder_ttl, line, failed)
+    }
+
+    fn left(&self, left: Left<'_, Listening>) {
+        let key = RedisKey::from_redis(left.line.key());
+        for master in &self.masters {
+            master.leave_store_line(&key, &left);
+        }
+        let mut last = false;
+        self.lines.leave(left.line, WhenEmpty::Linger, |edge| {
+            if edge == Edge::Changed {
+                let hubs = self.masters.iter().filter_map(|m| m.hub.as_ref());
+                hubs.for_each(|hub| hub.idle(key.shared().clone()));
+                last = true;
+            }
+        });
+        if last && !left.held {
+            for master in &self.masters {
+                master.stop_waiting_detached(&key);
+            }
+        }
+    }
+}
