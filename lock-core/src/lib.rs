@@ -136,7 +136,8 @@
 //!   say whether a hold is still its owner's. Each store says which [`LockKind`]s it
 //!   has; asking for another is [`LockError::Unsupported`].
 //! - The stores: `backend/redis/` (one file per concern: connection, scripts, keys, the
-//!   pub/sub hub, each lock kind, and the hand-over optimisations) and
+//!   pub/sub hub, each lock kind, and the hand-over optimisations; `redlock.rs` holds a
+//!   lock on a quorum of independent masters, [`Locker::redlock`]) and
 //!   `backend/memory.rs` ([`backend::MemoryStore`]).
 //! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
 //!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
