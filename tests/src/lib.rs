@@ -19,10 +19,12 @@
 //! server.restart();
 //! assert!(server.cmd(&["GET", "k"]).unwrap().is_nil());
 //!
-//! // Independent masters for RedLock, and a 3-master cluster.
+//! // Independent masters for RedLock, a 3-master cluster, and a master with a replica
+//! // and three sentinels (`failover()` promotes the replica).
 //! let masters = RedisServer::spawn_many(3);
 //! let cluster = RedisCluster::spawn();
-//! # let _ = (masters, cluster);
+//! let sentinel = lock_tests::RedisSentinel::spawn();
+//! # let _ = (masters, cluster, sentinel);
 //! ```
 //!
 //! The harness is std only, so it compiles in seconds. It needs `redis-server` (and, for a
@@ -37,6 +39,7 @@
 mod cluster;
 mod error;
 mod resp;
+mod sentinel;
 mod server;
 
 use std::thread;
@@ -45,6 +48,7 @@ use std::time::{Duration, Instant};
 pub use cluster::RedisCluster;
 pub use error::HarnessError;
 pub use resp::{Resp, encode_command};
+pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::RedisServer;
 
 /// The interval of every poll in the harness.

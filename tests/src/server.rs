@@ -106,6 +106,45 @@ impl RedisServer {
         (0..n).map(|_| or_panic(Self::try_spawn())).collect()
     }
 
+    /// Starts a Redis Sentinel watching the master at `master_port` as `master_name`,
+    /// from a config file in its own dir (a sentinel rewrites its config).
+    pub(crate) fn spawn_sentinel(
+        master_name: &str,
+        master_port: u16,
+        down_after: Duration,
+    ) -> Result<RedisServer, HarnessError> {
+        let mut last_error = HarnessError::NoFreePort;
+        for _ in 0..SPAWN_ATTEMPTS {
+            let port = free_port(false)?;
+            let dir = make_dir(port)?;
+            let conf = dir.join("sentinel.conf");
+            let down_after_ms = down_after.as_millis();
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                 sentinel monitor {master_name} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {master_name} {down_after_ms}\n\
+                 sentinel failover-timeout {master_name} 10000\n",
+                dir = dir.display(),
+                log = dir.join(LOG_FILE).display(),
+            );
+            fs::write(&conf, text)
+                .map_err(|e| HarnessError::io(format!("write {}", conf.display()), e))?;
+            let mut server = RedisServer {
+                args: vec![conf.into(), "--sentinel".into()],
+                port,
+                dir,
+                binary: REDIS_SERVER.to_owned(),
+                child: Mutex::new(None),
+            };
+            match server.start() {
+                Ok(()) => return Ok(server),
+                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error)
+    }
+
     pub(crate) fn spawn_inner(
         binary: &str,
         extra: &[&str],

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
-use crate::backend::redis::{Drift, RedLockStore, RedisConfig, RedisStore, redact};
+use crate::backend::redis::{Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, redact};
 use crate::backend::{MemoryStore, Store};
 use crate::options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
 use crate::{LockError, key};
@@ -29,8 +29,8 @@ const MIN_SAFETY_POLL: Duration = Duration::from_millis(10);
 const MAX_SAFETY_POLL: Duration = Duration::from_secs(4);
 
 /// Configures a [`Locker`]. Every setting is optional except a store: a Redis
-/// [`url`](Self::url), a bb8 [`pool`](Self::pool), RedLock over independent
-/// [masters](Self::redlock), [`in_memory`](Self::in_memory), or a [`store`](Self::store)
+/// [`url`](Self::url), a bb8 [`pool`](Self::pool), the master of Redis
+/// [Sentinels](Self::sentinel), RedLock over independent [masters](Self::redlock), [`in_memory`](Self::in_memory), or a [`store`](Self::store)
 /// of your own.
 ///
 /// ```no_run
@@ -56,6 +56,7 @@ pub struct LockerBuilder {
     pool: Option<bb8::Pool<RedisConnectionManager>>,
     redlock: Option<Vec<String>>,
     redlock_drift: Option<Drift>,
+    sentinel: Option<(Vec<String>, String)>,
     in_memory: bool,
     store: Option<Arc<dyn Store>>,
     namespace: Option<String>,
@@ -81,6 +82,13 @@ impl fmt::Debug for LockerBuilder {
                     .map(|urls| urls.iter().map(|u| redact(u)).collect::<Vec<_>>()),
             )
             .field("redlock_drift", &self.redlock_drift)
+            .field(
+                "sentinel",
+                &self.sentinel.as_ref().map(|(urls, name)| {
+                    let urls: Vec<_> = urls.iter().map(|u| redact(u)).collect();
+                    (urls, name.clone())
+                }),
+            )
             .field("in_memory", &self.in_memory)
             .field("store", &self.store.as_ref().map(|s| s.name().to_owned()))
             .field("namespace", &self.namespace)
@@ -132,6 +140,18 @@ impl LockerBuilder {
     /// (default 1% of the lease plus 2 ms). Only for [`redlock`](Self::redlock).
     pub fn redlock_drift(mut self, per_lease: f64, fixed: Duration) -> Self {
         self.redlock_drift = Some(Drift { per_lease, fixed });
+        self
+    }
+
+    /// Keep the locks on the master that these Redis Sentinels name `master_name`,
+    /// following it through failovers: see [`Locker::sentinel`].
+    pub fn sentinel<I, S>(mut self, sentinel_urls: I, master_name: &str) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls = sentinel_urls.into_iter().map(|u| u.as_ref().to_owned());
+        self.sentinel = Some((urls.collect(), master_name.to_owned()));
         self
     }
 
@@ -245,9 +265,9 @@ impl LockerBuilder {
         let local_handovers = self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS);
         let redis = self.url.is_some() || self.pool.is_some();
         if let Some(urls) = self.redlock {
-            if redis || self.in_memory || self.store.is_some() {
+            if redis || self.in_memory || self.store.is_some() || self.sentinel.is_some() {
                 return Err(LockError::Config(
-                    "redlock(..) cannot be combined with url(..), pool(..), in_memory() or store(..)"
+                    "redlock(..) cannot be combined with url(..), pool(..), sentinel(..), in_memory() or store(..)"
                         .into(),
                 ));
             }
@@ -282,6 +302,30 @@ impl LockerBuilder {
             let store = RedLockStore::connect(configs, drift).await?;
             return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
         }
+        if let Some((urls, master_name)) = self.sentinel {
+            if redis || self.in_memory || self.store.is_some() {
+                return Err(LockError::Config(
+                    "sentinel(..) cannot be combined with url(..), pool(..), redlock(..), in_memory() or store(..)"
+                        .into(),
+                ));
+            }
+            let sentinels = Sentinels::new(&urls, &master_name, connect_timeout)?;
+            let config = RedisConfig {
+                address: sentinels.describe(),
+                sentinel: Some(Arc::new(sentinels)),
+                ..redis_config(
+                    None,
+                    None,
+                    self.namespace,
+                    fence_ttl,
+                    connect_timeout,
+                    local_handovers,
+                    safety_poll,
+                )?
+            };
+            let store = RedisStore::connect(config).await?;
+            return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
+        }
         if self.redlock_drift.is_some() {
             return Err(LockError::Config(
                 "redlock_drift(..) applies only to redlock(..)".into(),
@@ -302,7 +346,7 @@ impl LockerBuilder {
             }
             (None, false, false) => {
                 return Err(LockError::Config(
-                    "no store: call url(..), pool(..), redlock(..), in_memory() or store(..) on the builder"
+                    "no store: call url(..), pool(..), sentinel(..), redlock(..), in_memory() or store(..) on the builder"
                         .into(),
                 ));
             }
@@ -353,6 +397,7 @@ fn redis_config(
     Ok(RedisConfig {
         client,
         pool,
+        sentinel: None,
         address,
         namespace,
         fence_ttl,

@@ -76,6 +76,29 @@ impl Locker {
         Self::builder().url(url).build().await
     }
 
+    /// Keeps the locks on the master that the Redis Sentinels at `sentinel_urls` name
+    /// `master_name`, with the default settings (see [`LockerBuilder::sentinel`]). Each
+    /// connection asks the sentinels for the master and checks that the server they name
+    /// is one (`ROLE`); after a failover, the first command the old master refuses
+    /// (`READONLY`) or that finds it gone makes the connection find the new one, so the
+    /// next acquisition works there without restarting the process. The credentials and
+    /// database of the first url are used for the master too.
+    ///
+    /// What Sentinel does not give: Redis replicates asynchronously, so a failover can
+    /// lose a lock that was just taken, and let a second holder in while the first still
+    /// believes it holds it (its renewals then fail, and [`LockGuard::lost`] fires).
+    /// Check the fencing token where the data lives.
+    pub async fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Locker, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder()
+            .sentinel(sentinel_urls, master_name)
+            .build()
+            .await
+    }
+
     /// Holds every lock on a quorum of independent Redis masters (RedLock), given as an
     /// odd number of urls, at least 3, with the default settings (see
     /// [`LockerBuilder::redlock`] for the others). Fails unless a majority of them answer

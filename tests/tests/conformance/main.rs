@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use lock_core::Locker;
 use lock_core::backend::MemoryStore;
-use lock_tests::RedisServer;
+use lock_tests::{MASTER_NAME, RedisSentinel, RedisServer};
 
 mod suite;
 
@@ -115,6 +115,34 @@ impl StoreUnderTest for RedLock {
     }
 }
 
+/// A master with a replica and three sentinels of the test's own; each `Locker` finds the
+/// master through the sentinels.
+#[derive(Debug)]
+struct Sentinel {
+    topology: RedisSentinel,
+}
+
+impl Sentinel {
+    fn spawn() -> Self {
+        Self {
+            topology: RedisSentinel::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for Sentinel {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::sentinel(self.topology.sentinel_urls(), MASTER_NAME)
+            .await
+            .expect("connect through the test sentinels")
+    }
+}
+
 conformance!(memory, Memory::new());
 conformance!(redis, Redis::spawn());
 conformance!(redlock, RedLock::spawn());
+conformance!(sentinel, Sentinel::spawn());

@@ -1,18 +1,18 @@
 //! How commands reach Redis: one multiplexed connection, shared by every call of a
 //! `Locker` (it serves many tasks at once), opened again after it breaks.
 //!
-//! This is where deployments differ: a single node today, opened from a url or by a bb8
-//! pool's manager ([`Source`]); Sentinel and Cluster connections slot in here as further
-//! sources and connection types.
+//! This is where deployments differ ([`Source`]): a single node, opened from a url or by
+//! a bb8 pool's manager, or the master that Sentinel names, found again after a failover.
 
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bb8_redis::RedisConnectionManager;
-use redis::RedisError;
 use redis::aio::MultiplexedConnection;
+use redis::{RedisError, RedisResult, ServerErrorKind};
 
+use super::sentinel::Sentinels;
 use crate::LockError;
 
 /// A connection in hand, for one call. Cloning it is cheap: it is shared.
@@ -25,6 +25,25 @@ pub(super) enum Source {
     /// A bb8 pool's manager (not a checkout: one connection serves every call, and a
     /// checkout would `PING` first).
     Pool(bb8::Pool<RedisConnectionManager>),
+    /// The master its sentinels name, confirmed by `ROLE`.
+    Sentinel(Arc<Sentinels>),
+}
+
+/// Where the pub/sub connection goes: the server of a url, or the master its sentinels
+/// name.
+#[derive(Debug, Clone)]
+pub(super) enum Endpoint {
+    Client(Box<redis::Client>),
+    Sentinel(Arc<Sentinels>),
+}
+
+impl Endpoint {
+    pub(super) async fn client(&self) -> RedisResult<redis::Client> {
+        match self {
+            Self::Client(client) => Ok((**client).clone()),
+            Self::Sentinel(sentinels) => sentinels.master_client().await,
+        }
+    }
 }
 
 /// The shared connection of one `Locker`. Own code, not redis-rs's `ConnectionManager`:
@@ -89,6 +108,7 @@ impl Connection {
             match &self.source {
                 Source::Client(client) => client.get_multiplexed_async_connection().await,
                 Source::Pool(pool) => pool.dedicated_connection().await,
+                Source::Sentinel(sentinels) => sentinels.master_connection().await,
             }
         };
         let context = || format!("cannot connect to redis at {}", self.address);
@@ -104,8 +124,8 @@ impl Connection {
     }
 
     /// Runs `op` on the shared connection. If that connection turns out dead (the
-    /// server restarted or the network dropped it while it was idle), runs `op` once
-    /// more on a fresh one. Only calls that are safe to repeat come here: the acquire
+    /// server restarted or the network dropped it while it was idle) or no longer on the
+    /// master (a failover demoted it: `READONLY`), runs `op` once more on a fresh one. Only calls that are safe to repeat come here: the acquire
     /// scripts recognise their own token, extend and reads are idempotent. A timeout is
     /// not retried: the first request may still run.
     pub(super) async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
@@ -116,7 +136,7 @@ impl Connection {
         let conn = self.get().await?;
         let e = match op(conn).await {
             Ok(value) => return Ok(value),
-            Err(e) if e.is_connection_dropped() && !e.is_timeout() => e,
+            Err(e) if (e.is_connection_dropped() && !e.is_timeout()) || is_read_only(&e) => e,
             Err(e) => return Err(self.error(what, e)),
         };
         tracing::debug!(error = %e, "redis connection is dead; retrying on a fresh one");
@@ -134,7 +154,8 @@ impl Connection {
     /// A connection that `e` shows broken, or no longer answering, is opened again by the
     /// next call.
     fn forget_broken(&self, e: &RedisError) {
-        if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
+        let broken = e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error();
+        if broken || is_read_only(e) {
             *self.shared() = None;
         }
     }
@@ -145,12 +166,18 @@ impl std::fmt::Debug for Connection {
         let source = match self.source {
             Source::Client(_) => "url",
             Source::Pool(_) => "pool",
+            Source::Sentinel(_) => "sentinel",
         };
         f.debug_struct("Connection")
             .field("source", &source)
             .field("address", &self.address)
             .finish_non_exhaustive()
     }
+}
+
+/// A write refused by a replica: the connection is on a master that a failover demoted.
+fn is_read_only(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) || e.code() == Some("READONLY")
 }
 
 /// Strips the user name and password from a Redis URL, for messages.

@@ -20,6 +20,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
+use super::connection::Endpoint;
 use super::keys::Channels;
 use crate::wait::handover::FairHandOver;
 use crate::wait::line::{Line, Lines};
@@ -79,7 +80,7 @@ enum HubCmd {
 /// The `Locker`'s side of the hub: starts its task, and tells it which locks to listen
 /// for.
 pub(super) struct Hub {
-    client: redis::Client,
+    endpoint: Endpoint,
     lines: Arc<Lines<Listening>>,
     connect_timeout: Duration,
     channels: Channels,
@@ -89,14 +90,14 @@ pub(super) struct Hub {
 
 impl Hub {
     pub(super) fn new(
-        client: redis::Client,
+        endpoint: Endpoint,
         lines: Arc<Lines<Listening>>,
         connect_timeout: Duration,
         channels: Channels,
         relay: Relay,
     ) -> Self {
         Self {
-            client,
+            endpoint,
             lines,
             connect_timeout,
             channels,
@@ -120,7 +121,7 @@ impl Hub {
             }
         }
         let task = Task {
-            client: self.client.clone(),
+            endpoint: self.endpoint.clone(),
             lines: self.lines.clone(),
             connect_timeout: self.connect_timeout,
             channels: self.channels.clone(),
@@ -165,7 +166,7 @@ enum HubEvent {
 
 /// The hub task's state.
 struct Task {
-    client: redis::Client,
+    endpoint: Endpoint,
     lines: Arc<Lines<Listening>>,
     connect_timeout: Duration,
     channels: Channels,
@@ -316,7 +317,8 @@ impl Task {
         keys: &HashSet<Arc<str>>,
     ) -> Result<(PubSubSink, PubSubStream), RedisError> {
         let connect = async {
-            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            let client = self.endpoint.client().await?;
+            let (mut sink, stream) = client.get_async_pubsub().await?.split();
             let names: Vec<String> = keys.iter().map(|k| self.channels.of(k)).collect();
             sink.subscribe(&names).await?;
             Ok((sink, stream))

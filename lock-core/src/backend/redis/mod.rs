@@ -41,14 +41,16 @@ mod read_write;
 mod redlock;
 mod scripts;
 mod semaphore;
+mod sentinel;
 mod shared;
 
 pub(crate) use connection::redact;
-use connection::{Conn, Connection, Source};
+use connection::{Conn, Connection, Endpoint, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub(crate) use redlock::{Drift, RedLockStore};
 use scripts::{ScriptCall, Scripts};
+pub(crate) use sentinel::Sentinels;
 
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
@@ -64,10 +66,13 @@ const WAITING_LOCKER: Duration = Duration::from_secs(PLACE_IN_LINE.as_secs() * 2
 #[derive(Debug)]
 pub(crate) struct RedisConfig {
     /// The server's url: for the commands' connection unless a pool is given, and for
-    /// the pub/sub connection that wakes waiters (without it, waiters poll).
+    /// the pub/sub connection that wakes waiters (without it, or sentinels, waiters
+    /// poll).
     pub(crate) client: Option<redis::Client>,
     /// A pool whose manager opens the commands' connection.
     pub(crate) pool: Option<bb8::Pool<RedisConnectionManager>>,
+    /// The sentinels whose master serves both connections (instead of a url or a pool).
+    pub(crate) sentinel: Option<Arc<Sentinels>>,
     /// Where the server is, for messages.
     pub(crate) address: String,
     pub(crate) namespace: String,
@@ -126,6 +131,7 @@ impl RedisStore {
         let RedisConfig {
             client,
             pool,
+            sentinel,
             address,
             namespace,
             fence_ttl,
@@ -133,10 +139,16 @@ impl RedisStore {
             local_handovers,
             safety_poll,
         } = config;
-        let source = match (pool, &client) {
-            (Some(pool), _) => Source::Pool(pool),
-            (None, Some(client)) => Source::Client(Box::new(client.clone())),
-            (None, None) => return Err(LockError::Config("no redis url or pool".into())),
+        let source = match (pool, &client, &sentinel) {
+            (Some(pool), _, _) => Source::Pool(pool),
+            (None, Some(client), _) => Source::Client(Box::new(client.clone())),
+            (None, None, Some(sentinels)) => Source::Sentinel(sentinels.clone()),
+            (None, None, None) => return Err(LockError::Config("no redis url or pool".into())),
+        };
+        let endpoint = match (client, sentinel) {
+            (Some(client), _) => Some(Endpoint::Client(Box::new(client))),
+            (None, Some(sentinels)) => Some(Endpoint::Sentinel(sentinels)),
+            (None, None) => None,
         };
         let connection = Connection::new(source, address, connect_timeout);
         let channels = Channels::new();
@@ -152,9 +164,9 @@ impl RedisStore {
                 scripts: Scripts::new(),
                 namespace,
                 fence_ttl_ms: millis(fence_ttl),
-                hub: client.map(|client| {
+                hub: endpoint.map(|endpoint| {
                     Hub::new(
-                        client,
+                        endpoint,
                         lines.clone(),
                         connect_timeout,
                         channels.clone(),

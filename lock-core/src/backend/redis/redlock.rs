@@ -24,7 +24,7 @@
 //! `⌊p·n/(p+1)⌋ + 1` of `n` masters so that `p + 1` holders can never each have theirs.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -188,7 +188,7 @@ impl RedLockStore {
         &self,
         request: &Acquire,
         granted: &[(usize, u64)],
-        mut rollback: Rollback<'_>,
+        rollback: Rollback<'_>,
         tried: &mut Tried,
     ) {
         let patience = request.lease / PER_MASTER;
@@ -207,7 +207,7 @@ impl RedLockStore {
                 tried.stop_asking(i);
             }
         }
-        rollback.pending.clear();
+        rollback.disarm();
     }
 }
 
@@ -246,19 +246,40 @@ impl Tried {
     }
 }
 
-/// The masters that granted an attempt, released in the background should the attempt be
-/// cut short before it hands the lock over or gives it back.
+/// The masters that granted an attempt, each counted as its grant comes in, released in
+/// the background should the attempt be cut short before it hands the lock over or gives
+/// it back.
 struct Rollback<'a> {
     store: &'a RedLockStore,
     request: &'a Acquire,
-    pending: Vec<usize>,
+    granted: Mutex<Vec<usize>>,
+}
+
+impl<'a> Rollback<'a> {
+    fn new(store: &'a RedLockStore, request: &'a Acquire) -> Self {
+        Self {
+            store,
+            request,
+            granted: Mutex::default(),
+        }
+    }
+
+    fn granted(&self) -> MutexGuard<'_, Vec<usize>> {
+        // Each update is one push or clear: a poisoned list is still whole.
+        self.granted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The attempt handed the lock over, or gave it back: nothing to release.
+    fn disarm(&self) {
+        self.granted().clear();
+    }
 }
 
 impl Drop for Rollback<'_> {
     fn drop(&mut self) {
         let key = self.store.masters.first().map(|m| m.key(&self.request.key));
         let Some(key) = key else { return };
-        for &i in &self.pending {
+        for &i in self.granted().iter() {
             let how = release_of(self.request.kind);
             self.store.masters[i].release_detached(&key, &self.request.token, how);
         }
@@ -441,8 +462,10 @@ impl ClientWait for RedLockStore {
         tried: &'a mut Tried,
     ) -> Result<Attempt, LockError> {
         let patience = request.lease / PER_MASTER;
+        let rollback = Rollback::new(self, request);
         let asks = self.masters.iter().enumerate().map(|(i, master)| {
             let asked = tried.asks(i);
+            let rollback = &rollback;
             async move {
                 if !asked {
                     return Answer::None;
@@ -451,7 +474,10 @@ impl ClientWait for RedLockStore {
                     tokio::time::timeout(patience, master.attempt(request, waits_for, &mut ()))
                         .await;
                 match answer {
-                    Ok(Ok(Attempt::Acquired { fence, until })) => Answer::Granted { fence, until },
+                    Ok(Ok(Attempt::Acquired { fence, until })) => {
+                        rollback.granted().push(i);
+                        Answer::Granted { fence, until }
+                    }
                     Ok(Ok(Attempt::Held { ttl, .. })) => Answer::Held(ttl),
                     Ok(Err(e)) if e.is_backend() => {
                         tracing::debug!(key = %request.key, error = %e, "a redlock master failed");
@@ -488,17 +514,12 @@ impl ClientWait for RedLockStore {
                 Answer::None => tried.stop_asking(i),
             }
         }
-        let mut rollback = Rollback {
-            store: self,
-            request,
-            pending: granted.iter().map(|&(i, _)| i).collect(),
-        };
         if refused.is_none()
             && let Some(until) = self.valid_until(request.kind, request.lease, &mut untils)
             && self.fence_raised(request, &granted).await
             && until > Instant::now()
         {
-            rollback.pending.clear();
+            rollback.disarm();
             return Ok(Attempt::Acquired {
                 fence: self.fence(&granted),
                 until,

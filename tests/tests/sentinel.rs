@@ -1,0 +1,92 @@
+//! Redis Sentinel: a master, its replica and three sentinels of the test's own, and a
+//! failover (`SENTINEL FAILOVER`) under a running `Locker`. The contract tests every store
+//! passes are in the conformance suite (`conformance.rs`, `sentinel::`).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lock_core::{LockOptions, Locker};
+use lock_tests::{MASTER_NAME, RedisSentinel, RedisServer};
+use tokio::time::timeout;
+
+const LEASE: Duration = Duration::from_secs(2);
+
+async fn connect(topology: &RedisSentinel) -> Locker {
+    Locker::builder()
+        .sentinel(topology.sentinel_urls(), MASTER_NAME)
+        .default_lease(LEASE)
+        .build()
+        .await
+        .expect("connect through the test sentinels")
+}
+
+/// The token that holds exclusive lock `key` on `server`, if any.
+fn holder(server: &RedisServer, key: &str) -> Option<String> {
+    let reply = server.cmd(&["GET", &format!("lock:{{{key}}}")]).unwrap();
+    reply.as_str().map(str::to_owned)
+}
+
+/// The storage a lock guards, as it should be written: a write carries the writer's
+/// fencing token, and one older than the newest seen is refused.
+#[derive(Default)]
+struct Fenced {
+    newest: Mutex<u64>,
+}
+
+impl Fenced {
+    fn write(&self, token: u64) -> bool {
+        let mut newest = self.newest.lock().unwrap();
+        if token < *newest {
+            return false;
+        }
+        *newest = token;
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_acquisition_after_a_failover_works_on_the_new_master() {
+    let topology = RedisSentinel::spawn();
+    let locker = connect(&topology).await;
+    let old = topology.master().port();
+    locker.lock("k").await.unwrap().release().await.unwrap();
+
+    let new = topology.failover();
+    assert_ne!(new.port(), old);
+    let guard = locker.lock("k").await.unwrap();
+    assert!(holder(new, "k").is_some(), "not taken on the new master");
+    assert!(guard.is_held().await.unwrap());
+    guard.release().await.unwrap();
+    assert_eq!(holder(new, "k"), None);
+}
+
+/// A failover while a lock is held, whose hold is then lost (here deleted on the new
+/// master, as a write lost in the failover would be): the next acquisition works on the
+/// new master with a larger token, the old holder sees the loss, and its fenced write is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lost_in_a_failover_is_reported_and_its_writes_are_refused() {
+    let topology = RedisSentinel::spawn();
+    let stale_locker = connect(&topology).await;
+    let other = connect(&topology).await;
+    let storage = Fenced::default();
+    let stale = stale_locker.lock("k").await.unwrap();
+    assert!(storage.write(stale.fencing_token()));
+
+    let new = topology.failover();
+    new.cmd(&["DEL", "lock:{k}"]).unwrap();
+    let wait = LockOptions::new().wait(LEASE * 2);
+    let guard = other.lock_with("k", wait).await.unwrap();
+    assert!(holder(new, "k").is_some(), "not taken on the new master");
+    assert!(guard.fencing_token() > stale.fencing_token());
+    assert!(storage.write(guard.fencing_token()));
+
+    timeout(LEASE * 2, stale.lost())
+        .await
+        .expect("the stale holder never saw its loss");
+    assert!(
+        !storage.write(stale.fencing_token()),
+        "a stale holder's write went through"
+    );
+    guard.release().await.unwrap();
+}
