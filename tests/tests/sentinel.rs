@@ -60,6 +60,34 @@ async fn the_next_acquisition_after_a_failover_works_on_the_new_master() {
     assert_eq!(holder(new, "k"), None);
 }
 
+/// A token drawn on a master whose write is lost in the failover (here: the new master's
+/// counter taken back to before it, as if the draws had not reached the replica) is
+/// still below every token drawn after it: the failover epoch is part of the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lost_in_a_failover_stays_below_every_later_one() {
+    let topology = RedisSentinel::spawn();
+    let locker = connect(&topology).await;
+    let lost = locker.lock("k").await.unwrap();
+    let lost_token = lost.fencing_token();
+    drop(lost);
+    locker.flush().await;
+
+    let new = topology.failover();
+    let behind = (lost_token - 100).to_string();
+    new.cmd(&["SET", "lock:{k}:fence", &behind]).unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = locker.lock("k").await.unwrap();
+        tokens.push(guard.fencing_token());
+        guard.release().await.unwrap();
+    }
+    assert!(
+        tokens.iter().all(|&t| t > lost_token),
+        "{tokens:?} after the lost {lost_token}"
+    );
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
 /// A failover while a lock is held, whose hold is then lost (here deleted on the new
 /// master, as a write lost in the failover would be): the next acquisition works on the
 /// new master with a larger token, the old holder sees the loss, and its fenced write is

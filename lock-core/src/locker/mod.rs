@@ -84,6 +84,11 @@ impl Locker {
     /// next acquisition works there without restarting the process. The credentials and
     /// database of the first url are used for the master too.
     ///
+    /// Fencing tokens carry the failover epoch (Sentinel's config epoch when the
+    /// connection found its master) above the master's counter, so every token drawn
+    /// after a failover is larger than every token drawn before it, even one whose write
+    /// the failover lost (up to 4,095 failovers of the sentinels' masters).
+    ///
     /// What Sentinel does not give: Redis replicates asynchronously, so a failover can
     /// lose a lock that was just taken, and let a second holder in while the first still
     /// believes it holds it (its renewals then fail, and [`LockGuard::lost`] fires).

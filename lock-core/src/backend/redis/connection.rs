@@ -18,6 +18,15 @@ use crate::LockError;
 /// A connection in hand, for one call. Cloning it is cheap: it is shared.
 pub(super) type Conn = MultiplexedConnection;
 
+/// A connection in hand, and the failover epoch of the master it reaches (Sentinel's
+/// config epoch when the connection was opened; 0 elsewhere), which goes into the
+/// fencing tokens drawn on it.
+#[derive(Clone)]
+pub(super) struct InHand {
+    pub(super) conn: Conn,
+    pub(super) epoch: u64,
+}
+
 /// Where connections come from.
 pub(super) enum Source {
     /// The server of a url.
@@ -38,6 +47,14 @@ pub(super) enum Endpoint {
 }
 
 impl Endpoint {
+    /// The failover epoch of the master, as far as is known (0 but on Sentinel).
+    pub(super) fn epoch(&self) -> u64 {
+        match self {
+            Self::Client(_) => 0,
+            Self::Sentinel(sentinels) => sentinels.epoch(),
+        }
+    }
+
     pub(super) async fn client(&self) -> RedisResult<redis::Client> {
         match self {
             Self::Client(client) => Ok((**client).clone()),
@@ -51,7 +68,7 @@ impl Endpoint {
 /// command was sent, and a lease must run from then (tests/outage.rs shows the lease lost).
 pub(super) struct Connection {
     source: Source,
-    shared: Mutex<Option<Conn>>,
+    shared: Mutex<Option<InHand>>,
     /// One task opens a connection at a time; the others then share it.
     opening: tokio::sync::Mutex<()>,
     connect_timeout: Duration,
@@ -82,7 +99,7 @@ impl Connection {
         &self.address
     }
 
-    fn shared(&self) -> MutexGuard<'_, Option<Conn>> {
+    fn shared(&self) -> MutexGuard<'_, Option<InHand>> {
         // Every update is one assignment: a poisoned lock still guards a whole value.
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -90,8 +107,13 @@ impl Connection {
     /// The shared connection, opened first if need be. Once it returns, a command sent on
     /// it is on its way.
     pub(super) async fn get(&self) -> Result<Conn, LockError> {
-        if let Some(conn) = self.shared().clone() {
-            return Ok(conn);
+        Ok(self.in_hand().await?.conn)
+    }
+
+    /// [`get`](Self::get), with the failover epoch of the master it reaches.
+    pub(super) async fn in_hand(&self) -> Result<InHand, LockError> {
+        if let Some(in_hand) = self.shared().clone() {
+            return Ok(in_hand);
         }
         // Boxed: inline, it would make every command's future 2,624 B, not 720.
         Box::pin(self.open()).await
@@ -99,17 +121,18 @@ impl Connection {
 
     /// Opens the shared connection, unless another task just did. A refused connect is
     /// reported at once, with its cause.
-    async fn open(&self) -> Result<Conn, LockError> {
+    async fn open(&self) -> Result<InHand, LockError> {
         let _one_at_a_time = self.opening.lock().await;
-        if let Some(conn) = self.shared().clone() {
-            return Ok(conn);
+        if let Some(in_hand) = self.shared().clone() {
+            return Ok(in_hand);
         }
         let opening = async {
-            match &self.source {
-                Source::Client(client) => client.get_multiplexed_async_connection().await,
-                Source::Pool(pool) => pool.dedicated_connection().await,
-                Source::Sentinel(sentinels) => sentinels.master_connection().await,
-            }
+            let conn = match &self.source {
+                Source::Client(client) => client.get_multiplexed_async_connection().await?,
+                Source::Pool(pool) => pool.dedicated_connection().await?,
+                Source::Sentinel(sentinels) => return sentinels.master_connection().await,
+            };
+            Ok(InHand { conn, epoch: 0 })
         };
         let context = || format!("cannot connect to redis at {}", self.address);
         let conn = tokio::time::timeout(self.connect_timeout, opening)
@@ -118,22 +141,32 @@ impl Connection {
                 let cause = format!("no answer within {:?}", self.connect_timeout);
                 LockError::backend(context(), cause)
             })?
-            .map_err(|e| LockError::backend(context(), e))?;
+            .map_err(|e: RedisError| LockError::backend(context(), e))?;
         *self.shared() = Some(conn.clone());
         Ok(conn)
     }
 
     /// Runs `op` on the shared connection. If that connection turns out dead (the
     /// server restarted or the network dropped it while it was idle) or no longer on the
-    /// master (a failover demoted it: `READONLY`), runs `op` once more on a fresh one. Only calls that are safe to repeat come here: the acquire
-    /// scripts recognise their own token, extend and reads are idempotent. A timeout is
-    /// not retried: the first request may still run.
+    /// master (a failover demoted it: `READONLY`), runs `op` once more on a fresh one.
+    /// Only calls that are safe to repeat come here: the acquire scripts recognise their
+    /// own token, extend and reads are idempotent. A timeout is not retried: the first
+    /// request may still run.
     pub(super) async fn run<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
     where
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        let conn = self.get().await?;
+        self.run_in_hand(what, |in_hand| op(in_hand.conn)).await
+    }
+
+    /// [`run`](Self::run), giving `op` the failover epoch of the master too.
+    pub(super) async fn run_in_hand<T, F, Fut>(&self, what: &str, op: F) -> Result<T, LockError>
+    where
+        F: Fn(InHand) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let conn = self.in_hand().await?;
         let e = match op(conn).await {
             Ok(value) => return Ok(value),
             Err(e) if (e.is_connection_dropped() && !e.is_timeout()) || is_read_only(&e) => e,
@@ -141,7 +174,7 @@ impl Connection {
         };
         tracing::debug!(error = %e, "redis connection is dead; retrying on a fresh one");
         self.forget_broken(&e);
-        let conn = self.get().await?;
+        let conn = self.in_hand().await?;
         op(conn).await.map_err(|e| self.error(what, e))
     }
 

@@ -31,10 +31,10 @@ impl RedisStore {
             .arg(self.fence_ttl_ms(request.lease))
             .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER));
-        let (reply, sent_at) = self
+        let (reply, sent) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Exclusive)
             .await?;
-        reply.attempt(request, sent_at)
+        reply.attempt(request, sent)
     }
 
     /// Releases lock `key` if `token` holds it: to a local waiter when one can be handed

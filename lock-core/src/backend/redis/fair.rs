@@ -45,18 +45,18 @@ impl RedisStore {
             .arg(millis(WAITING_LOCKER))
             .arg(self.channels.id());
         // Cut short, it leaves the line, releasing the lock should it be its own.
-        let (reply, sent_at) = self
+        let (reply, sent) = self
             .send_acquire::<FairAcquireReply>(&key, &request.token, &call, Release::Leave)
             .await?;
         Ok(match reply {
             FairAcquireReply::Taken { fence, left } => Attempt::Acquired {
-                fence,
-                until: sent_at + left,
+                fence: sent.fence(fence),
+                until: sent.at + left,
             },
             FairAcquireReply::Held { ttl, now_us } => Attempt::Held {
                 ttl,
                 clock: Some(StoreClock {
-                    sent_at,
+                    sent_at: sent.at,
                     us: now_us,
                 }),
             },

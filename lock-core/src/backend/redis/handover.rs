@@ -17,8 +17,10 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::connection::InHand;
 use super::hub::Listening;
 use super::keys::RedisKey;
+use super::sentinel::in_epoch;
 use super::{RedisStore, millis};
 use crate::LockError;
 use crate::wait::handover::{HandoverFailed, Leftover};
@@ -110,7 +112,7 @@ impl RedisStore {
             .arg(&*waiter.token)
             .arg(millis(lease))
             .arg(self.fence_ttl_ms(lease));
-        let mut conn = self.connection.get().await?;
+        let InHand { mut conn, epoch } = self.connection.in_hand().await?;
         // The waiter's lease runs from here, with the connection in hand.
         let sent_at = Instant::now();
         let reply: Option<u64> = match call.invoke_async(&mut conn).await {
@@ -120,7 +122,7 @@ impl RedisStore {
             Err(e) => return Err(self.connection.error("release", e)),
         };
         claim.reported = true;
-        let Some(fence) = reply else {
+        let Some(fence) = reply.map(|raw| in_epoch(epoch, raw)) else {
             waiter.handover_failed(HandoverFailed::NotHeld);
             return Ok(false);
         };

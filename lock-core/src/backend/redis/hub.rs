@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::connection::Endpoint;
 use super::keys::Channels;
+use super::sentinel::in_epoch;
 use crate::wait::handover::FairHandOver;
 use crate::wait::line::{Line, Lines};
 
@@ -288,7 +289,11 @@ impl Task {
             return;
         }
         match fair_handover(payload) {
-            Some((token, handover)) => self.lines.deliver(key, token, handover),
+            Some((token, mut handover)) => {
+                // Drawn by a release on the master, of the newest epoch known.
+                handover.fence = in_epoch(self.endpoint.epoch(), handover.fence);
+                self.lines.deliver(key, token, handover);
+            }
             None => {
                 if !self.lines.wake_one(key) {
                     (self.relay)(key);

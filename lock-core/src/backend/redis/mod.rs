@@ -49,7 +49,7 @@ use connection::{Conn, Connection, Endpoint, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub(crate) use redlock::{Drift, RedLockStore};
-use scripts::{ScriptCall, Scripts};
+use scripts::{ScriptCall, Scripts, Sent};
 pub(crate) use sentinel::Sentinels;
 
 /// Renewals per pipeline.
@@ -273,18 +273,16 @@ impl RedisStore {
         }
     }
 
-    /// Sends `call`, an acquire script's, for `token` on lock `key`: its reply, and when it
-    /// was sent, with the connection in hand (the lease runs from then: Redis sets the key
-    /// no earlier than it receives the call). Should the call be cut short or its reply
-    /// lost, the lock, or a place in line, may have been taken: it is then released as
-    /// `how` says.
+    /// Sends `call`, an acquire script's, for `token` on lock `key`: its reply, and how it
+    /// was [`Sent`]. Should the call be cut short or its reply lost, the lock, or a place
+    /// in line, may have been taken: it is then released as `how` says.
     async fn send_acquire<T: FromRedisValue>(
         &self,
         key: &RedisKey,
         token: &str,
         call: &ScriptCall<'_>,
         how: Release,
-    ) -> Result<(T, Instant), LockError> {
+    ) -> Result<(T, Sent), LockError> {
         let pending = PendingAcquire {
             store: self,
             key,
@@ -294,10 +292,13 @@ impl RedisStore {
         };
         let sent = self
             .connection
-            .run("acquire", |mut conn| async move {
-                let sent_at = Instant::now();
-                let reply: T = call.invoke_async(&mut conn).await?;
-                Ok((reply, sent_at))
+            .run_in_hand("acquire", |mut in_hand| async move {
+                let sent = Sent {
+                    at: Instant::now(),
+                    epoch: in_hand.epoch,
+                };
+                let reply: T = call.invoke_async(&mut in_hand.conn).await?;
+                Ok((reply, sent))
             })
             .await?;
         pending.disarm();

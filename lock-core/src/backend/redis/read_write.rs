@@ -38,7 +38,7 @@ impl RedisStore {
             .arg(asked_for_ms(request))
             .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER));
-        let (reply, sent_at) = self
+        let (reply, sent) = self
             .send_acquire::<AcquireReply>(
                 &key,
                 &request.token,
@@ -46,7 +46,7 @@ impl RedisStore {
                 Release::Shared(Sharing::Read),
             )
             .await?;
-        reply.attempt(request, sent_at)
+        reply.attempt(request, sent)
     }
 
     /// One attempt at the write side; a caller that waits (`waits_for` not zero) keeps
@@ -72,10 +72,10 @@ impl RedisStore {
             .arg(self.listening_id())
             .arg(millis(WAITING_LOCKER));
         // Cut short, it releases the lock should it be its own, and stops waiting.
-        let (reply, sent_at) = self
+        let (reply, sent) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Write)
             .await?;
-        reply.attempt(request, sent_at)
+        reply.attempt(request, sent)
     }
 
     /// The write release script's call for `token` on `key`: it releases the write side

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::{Cmd, FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ToRedisArgs, Value};
 
 use super::connection::Conn;
+use super::sentinel::in_epoch;
 use crate::backend::store::Acquire;
 use crate::semaphore::miscounted;
 use crate::wait::Attempt;
@@ -221,6 +222,22 @@ pub(super) async fn pipelined<T: FromRedisValue>(
     }
 }
 
+/// When an acquire script's call was sent, with the connection in hand (the lease runs
+/// from then: Redis sets the key no earlier than it receives the call), and the failover
+/// epoch of the master it went to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sent {
+    pub(super) at: Instant,
+    pub(super) epoch: u64,
+}
+
+impl Sent {
+    /// The fencing token drawn as `raw` by this call.
+    pub(super) fn fence(&self, raw: u64) -> u64 {
+        in_epoch(self.epoch, raw)
+    }
+}
+
 /// The reply of the acquire scripts of the exclusive lock, the read-write lock and the
 /// semaphore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,12 +268,12 @@ impl FromRedisValue for AcquireReply {
 }
 
 impl AcquireReply {
-    /// What the attempt of `request`, sent at `sent_at`, came to.
-    pub(super) fn attempt(self, request: &Acquire, sent_at: Instant) -> Result<Attempt, LockError> {
+    /// What the attempt of `request`, `sent` as it was, came to.
+    pub(super) fn attempt(self, request: &Acquire, sent: Sent) -> Result<Attempt, LockError> {
         match self {
             Self::Taken { fence } => Ok(Attempt::Acquired {
-                fence,
-                until: sent_at + request.lease,
+                fence: sent.fence(fence),
+                until: sent.at + request.lease,
             }),
             Self::Held { ttl } => Ok(Attempt::Held { ttl, clock: None }),
             Self::Miscounted { permits } => {

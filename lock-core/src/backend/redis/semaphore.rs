@@ -35,10 +35,10 @@ impl RedisStore {
             .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER));
         let release = Release::Shared(Sharing::Permit);
-        let (reply, sent_at) = self
+        let (reply, sent) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, release)
             .await?;
-        reply.attempt(request, sent_at)
+        reply.attempt(request, sent)
     }
 
     /// Free permits of semaphore `key`, whose handle asks with `permits`.
