@@ -7,7 +7,9 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
-use crate::backend::redis::{Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, redact};
+use crate::backend::redis::{
+    ClusterNodes, ClusterSeeds, Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, redact,
+};
 use crate::backend::{MemoryStore, Store};
 use crate::options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
 use crate::{LockError, key};
@@ -30,7 +32,8 @@ const MAX_SAFETY_POLL: Duration = Duration::from_secs(4);
 
 /// Configures a [`Locker`]. Every setting is optional except a store: a Redis
 /// [`url`](Self::url), a bb8 [`pool`](Self::pool), the master of Redis
-/// [Sentinels](Self::sentinel), RedLock over independent [masters](Self::redlock), [`in_memory`](Self::in_memory), or a [`store`](Self::store)
+/// [Sentinels](Self::sentinel), a Redis [Cluster](Self::cluster), RedLock over independent
+/// [masters](Self::redlock), [`in_memory`](Self::in_memory), or a [`store`](Self::store)
 /// of your own.
 ///
 /// ```no_run
@@ -57,6 +60,7 @@ pub struct LockerBuilder {
     redlock: Option<Vec<String>>,
     redlock_drift: Option<Drift>,
     sentinel: Option<(Vec<String>, String)>,
+    cluster: Option<Vec<String>>,
     in_memory: bool,
     store: Option<Arc<dyn Store>>,
     namespace: Option<String>,
@@ -82,6 +86,13 @@ impl fmt::Debug for LockerBuilder {
                     .map(|urls| urls.iter().map(|u| redact(u)).collect::<Vec<_>>()),
             )
             .field("redlock_drift", &self.redlock_drift)
+            .field(
+                "cluster",
+                &self
+                    .cluster
+                    .as_ref()
+                    .map(|urls| urls.iter().map(|u| redact(u)).collect::<Vec<_>>()),
+            )
             .field(
                 "sentinel",
                 &self.sentinel.as_ref().map(|(urls, name)| {
@@ -140,6 +151,18 @@ impl LockerBuilder {
     /// (default 1% of the lease plus 2 ms). Only for [`redlock`](Self::redlock).
     pub fn redlock_drift(mut self, per_lease: f64, fixed: Duration) -> Self {
         self.redlock_drift = Some(Drift { per_lease, fixed });
+        self
+    }
+
+    /// Keep the locks in the Redis Cluster that these seed nodes belong to: see
+    /// [`Locker::cluster`].
+    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls = seed_urls.into_iter().map(|u| u.as_ref().to_owned());
+        self.cluster = Some(urls.collect());
         self
     }
 
@@ -265,7 +288,12 @@ impl LockerBuilder {
         let local_handovers = self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS);
         let redis = self.url.is_some() || self.pool.is_some();
         if let Some(urls) = self.redlock {
-            if redis || self.in_memory || self.store.is_some() || self.sentinel.is_some() {
+            if redis
+                || self.in_memory
+                || self.store.is_some()
+                || self.sentinel.is_some()
+                || self.cluster.is_some()
+            {
                 return Err(LockError::Config(
                     "redlock(..) cannot be combined with url(..), pool(..), sentinel(..), in_memory() or store(..)"
                         .into(),
@@ -300,6 +328,36 @@ impl LockerBuilder {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let store = RedLockStore::connect(configs, drift).await?;
+            return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
+        }
+        if let Some(urls) = self.cluster {
+            if redis || self.in_memory || self.store.is_some() || self.sentinel.is_some() {
+                return Err(LockError::Config(
+                    "cluster(..) cannot be combined with url(..), pool(..), sentinel(..), redlock(..), in_memory() or store(..)"
+                        .into(),
+                ));
+            }
+            let seeds = cluster_seeds(&urls, connect_timeout)?;
+            let config = RedisConfig {
+                address: format!(
+                    "the cluster of {}",
+                    urls.iter()
+                        .map(|u| redact(u))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                cluster: Some(seeds),
+                ..redis_config(
+                    None,
+                    None,
+                    self.namespace,
+                    fence_ttl,
+                    connect_timeout,
+                    local_handovers,
+                    safety_poll,
+                )?
+            };
+            let store = RedisStore::connect(config).await?;
             return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
         }
         if let Some((urls, master_name)) = self.sentinel {
@@ -346,7 +404,7 @@ impl LockerBuilder {
             }
             (None, false, false) => {
                 return Err(LockError::Config(
-                    "no store: call url(..), pool(..), sentinel(..), redlock(..), in_memory() or store(..) on the builder"
+                    "no store: call url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..) on the builder"
                         .into(),
                 ));
             }
@@ -365,6 +423,31 @@ impl LockerBuilder {
         };
         Ok(Locker::on(store, defaults, max_key_len))
     }
+}
+
+/// The client of the Redis Cluster that the nodes at `urls` belong to, and a client of
+/// each for the pub/sub connection.
+fn cluster_seeds(urls: &[String], connect_timeout: Duration) -> Result<ClusterSeeds, LockError> {
+    if urls.is_empty() {
+        return Err(LockError::Config(
+            "cluster needs at least one seed url".into(),
+        ));
+    }
+    let invalid = |url: &str, e: redis::RedisError| {
+        LockError::Config(format!("invalid cluster url {}: {e}", redact(url)))
+    };
+    let nodes = urls
+        .iter()
+        .map(|url| redis::Client::open(url.as_str()).map_err(|e| invalid(url, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+        .connection_timeout(connect_timeout)
+        .build()
+        .map_err(|e| invalid(&urls[0], e))?;
+    Ok(ClusterSeeds {
+        client,
+        nodes: ClusterNodes::new(nodes),
+    })
 }
 
 /// Checks the Redis settings.
@@ -398,6 +481,7 @@ fn redis_config(
         client,
         pool,
         sentinel: None,
+        cluster: None,
         address,
         namespace,
         fence_ttl,

@@ -76,6 +76,27 @@ impl Locker {
         Self::builder().url(url).build().await
     }
 
+    /// Keeps the locks in the Redis Cluster that the nodes at `seed_urls` belong to, with
+    /// the default settings (see [`LockerBuilder::cluster`]). Every key of a lock shares
+    /// the lock's hash tag (`lock:{K}`, `lock:{K}:fence`, ...), so each lock lives in one
+    /// slot and its scripts never cross slots; locks taken together with
+    /// [`lock_all`](Self::lock_all) are taken one by one in key order, so they may live
+    /// on different nodes. redis-rs's cluster connection sends each command to the node
+    /// of its lock, follows `MOVED` and `ASK`, and finds the new master of a slot whose
+    /// master failed. Wake-ups travel by classic pub/sub, which the cluster passes to
+    /// every node: the pub/sub connection goes to any one node (the next seed after a
+    /// drop).
+    ///
+    /// What a cluster does not give: its replication is asynchronous, so a failover of a
+    /// master can lose a lock just taken there, as on [Sentinel](Self::sentinel).
+    pub async fn cluster<I, S>(seed_urls: I) -> Result<Locker, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().cluster(seed_urls).build().await
+    }
+
     /// Keeps the locks on the master that the Redis Sentinels at `sentinel_urls` name
     /// `master_name`, with the default settings (see [`LockerBuilder::sentinel`]). Each
     /// connection asks the sentinels for the master and checks that the server they name

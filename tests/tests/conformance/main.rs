@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use lock_core::Locker;
 use lock_core::backend::MemoryStore;
-use lock_tests::{MASTER_NAME, RedisSentinel, RedisServer};
+use lock_tests::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer};
 
 mod suite;
 
@@ -142,7 +142,35 @@ impl StoreUnderTest for Sentinel {
     }
 }
 
+/// A Redis Cluster of three masters of the test's own; each `Locker` is given every node
+/// as a seed.
+#[derive(Debug)]
+struct Cluster {
+    cluster: RedisCluster,
+}
+
+impl Cluster {
+    fn spawn() -> Self {
+        Self {
+            cluster: RedisCluster::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for Cluster {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::cluster(self.cluster.urls())
+            .await
+            .expect("connect to the test cluster")
+    }
+}
+
 conformance!(memory, Memory::new());
 conformance!(redis, Redis::spawn());
 conformance!(redlock, RedLock::spawn());
 conformance!(sentinel, Sentinel::spawn());
+conformance!(cluster, Cluster::spawn());

@@ -5,18 +5,55 @@
 //! a bb8 pool's manager, or the master that Sentinel names, found again after a failover.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bb8_redis::RedisConnectionManager;
-use redis::aio::MultiplexedConnection;
-use redis::{RedisError, RedisResult, ServerErrorKind};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value};
 
 use super::sentinel::Sentinels;
 use crate::LockError;
 
-/// A connection in hand, for one call. Cloning it is cheap: it is shared.
-pub(super) type Conn = MultiplexedConnection;
+/// A connection in hand, for one call: to one server, or to a Redis Cluster (which sends
+/// each command to the node of its first key, and follows `MOVED` and `ASK`). Cloning it
+/// is cheap: it is shared.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Node(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Node(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Node(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
 
 /// A connection in hand, and the failover epoch of the master it reaches (Sentinel's
 /// config epoch when the connection was opened; 0 elsewhere), which goes into the
@@ -36,6 +73,8 @@ pub(super) enum Source {
     Pool(bb8::Pool<RedisConnectionManager>),
     /// The master its sentinels name, confirmed by `ROLE`.
     Sentinel(Arc<Sentinels>),
+    /// A Redis Cluster, from its seed nodes.
+    Cluster(Box<ClusterClient>),
 }
 
 /// Where the pub/sub connection goes: the server of a url, or the master its sentinels
@@ -44,13 +83,38 @@ pub(super) enum Source {
 pub(super) enum Endpoint {
     Client(Box<redis::Client>),
     Sentinel(Arc<Sentinels>),
+    /// Any node of a Redis Cluster, each in turn: a release's `PUBLISH` reaches every
+    /// node.
+    Cluster(Arc<ClusterNodes>),
+}
+
+/// The seed nodes of a Redis Cluster, for the pub/sub connection: the next is tried after
+/// each connect.
+#[derive(Debug)]
+pub(crate) struct ClusterNodes {
+    nodes: Vec<redis::Client>,
+    next: AtomicUsize,
+}
+
+impl ClusterNodes {
+    pub(crate) fn new(nodes: Vec<redis::Client>) -> Self {
+        Self {
+            nodes,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn next(&self) -> Option<redis::Client> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.nodes.get(i % self.nodes.len().max(1)).cloned()
+    }
 }
 
 impl Endpoint {
     /// The failover epoch of the master, as far as is known (0 but on Sentinel).
     pub(super) fn epoch(&self) -> u64 {
         match self {
-            Self::Client(_) => 0,
+            Self::Client(_) | Self::Cluster(_) => 0,
             Self::Sentinel(sentinels) => sentinels.epoch(),
         }
     }
@@ -59,6 +123,9 @@ impl Endpoint {
         match self {
             Self::Client(client) => Ok((**client).clone()),
             Self::Sentinel(sentinels) => sentinels.master_client().await,
+            Self::Cluster(nodes) => nodes.next().ok_or_else(|| {
+                RedisError::from((redis::ErrorKind::Io, "no cluster node to connect to"))
+            }),
         }
     }
 }
@@ -128,9 +195,12 @@ impl Connection {
         }
         let opening = async {
             let conn = match &self.source {
-                Source::Client(client) => client.get_multiplexed_async_connection().await?,
-                Source::Pool(pool) => pool.dedicated_connection().await?,
+                Source::Client(client) => {
+                    Conn::Node(client.get_multiplexed_async_connection().await?)
+                }
+                Source::Pool(pool) => Conn::Node(pool.dedicated_connection().await?),
                 Source::Sentinel(sentinels) => return sentinels.master_connection().await,
+                Source::Cluster(cluster) => Conn::Cluster(cluster.get_async_connection().await?),
             };
             Ok(InHand { conn, epoch: 0 })
         };
@@ -200,6 +270,7 @@ impl std::fmt::Debug for Connection {
             Source::Client(_) => "url",
             Source::Pool(_) => "pool",
             Source::Sentinel(_) => "sentinel",
+            Source::Cluster(_) => "cluster",
         };
         f.debug_struct("Connection")
             .field("source", &source)

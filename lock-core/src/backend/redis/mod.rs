@@ -44,6 +44,7 @@ mod semaphore;
 mod sentinel;
 mod shared;
 
+pub(crate) use connection::ClusterNodes;
 pub(crate) use connection::redact;
 use connection::{Conn, Connection, Endpoint, Source};
 use hub::{Hub, Listening, Relay};
@@ -73,6 +74,8 @@ pub(crate) struct RedisConfig {
     pub(crate) pool: Option<bb8::Pool<RedisConnectionManager>>,
     /// The sentinels whose master serves both connections (instead of a url or a pool).
     pub(crate) sentinel: Option<Arc<Sentinels>>,
+    /// A Redis Cluster's seed nodes (instead of a url, a pool or sentinels).
+    pub(crate) cluster: Option<ClusterSeeds>,
     /// Where the server is, for messages.
     pub(crate) address: String,
     pub(crate) namespace: String,
@@ -82,6 +85,14 @@ pub(crate) struct RedisConfig {
     pub(crate) local_handovers: u32,
     /// How long a waiter with wake-ups waits before trying again anyway.
     pub(crate) safety_poll: Duration,
+}
+
+/// A Redis Cluster to connect to: the client for commands, and its seed nodes for the
+/// pub/sub connection.
+#[derive(Debug)]
+pub(crate) struct ClusterSeeds {
+    pub(crate) client: redis::cluster::ClusterClient,
+    pub(crate) nodes: ClusterNodes,
 }
 
 /// Locks in one Redis. Cheap to clone (an `Arc` inside), so background work can own one.
@@ -132,6 +143,7 @@ impl RedisStore {
             client,
             pool,
             sentinel,
+            cluster,
             address,
             namespace,
             fence_ttl,
@@ -139,16 +151,26 @@ impl RedisStore {
             local_handovers,
             safety_poll,
         } = config;
-        let source = match (pool, &client, &sentinel) {
-            (Some(pool), _, _) => Source::Pool(pool),
-            (None, Some(client), _) => Source::Client(Box::new(client.clone())),
-            (None, None, Some(sentinels)) => Source::Sentinel(sentinels.clone()),
-            (None, None, None) => return Err(LockError::Config("no redis url or pool".into())),
-        };
-        let endpoint = match (client, sentinel) {
-            (Some(client), _) => Some(Endpoint::Client(Box::new(client))),
-            (None, Some(sentinels)) => Some(Endpoint::Sentinel(sentinels)),
-            (None, None) => None,
+        let (source, endpoint) = match (pool, client, sentinel, cluster) {
+            (Some(pool), client, _, _) => (
+                Source::Pool(pool),
+                client.map(|c| Endpoint::Client(Box::new(c))),
+            ),
+            (None, Some(client), _, _) => (
+                Source::Client(Box::new(client.clone())),
+                Some(Endpoint::Client(Box::new(client))),
+            ),
+            (None, None, Some(sentinels), _) => (
+                Source::Sentinel(sentinels.clone()),
+                Some(Endpoint::Sentinel(sentinels)),
+            ),
+            (None, None, None, Some(seeds)) => (
+                Source::Cluster(Box::new(seeds.client)),
+                Some(Endpoint::Cluster(Arc::new(seeds.nodes))),
+            ),
+            (None, None, None, None) => {
+                return Err(LockError::Config("no redis url or pool".into()));
+            }
         };
         let connection = Connection::new(source, address, connect_timeout);
         let channels = Channels::new();

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ToRedisArgs, Value};
 
+use futures_util::future::join_all;
+
 use super::connection::Conn;
 use super::sentinel::in_epoch;
 use crate::backend::store::Acquire;
@@ -204,11 +206,20 @@ impl Scripts {
 }
 
 /// Runs a pipeline of calls of `script`, loading the script first if the server lost it.
+/// On a Redis Cluster, where a pipeline must keep to one slot and each call is a lock of
+/// its own, the calls are sent each on its own, all at once.
 pub(super) async fn pipelined<T: FromRedisValue>(
     conn: &mut Conn,
     script: &LockScript,
     calls: Vec<ScriptCall<'_>>,
 ) -> RedisResult<Vec<T>> {
+    if let Conn::Cluster(_) = conn {
+        let sent = calls.iter().map(|call| {
+            let mut conn = conn.clone();
+            async move { call.invoke_async(&mut conn).await }
+        });
+        return join_all(sent).await.into_iter().collect();
+    }
     let mut pipe = Pipeline::with_capacity(calls.len());
     for call in calls {
         pipe.add_command(call.cmd);

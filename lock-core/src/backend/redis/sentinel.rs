@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::{ConnectionAddr, RedisError, RedisResult, Value};
 
-use super::connection::InHand;
+use super::connection::{Conn, InHand};
 use crate::LockError;
 
 /// The bits of a fencing token below the failover epoch: a counter seeded from the
@@ -114,9 +114,10 @@ impl Sentinels {
                 let mut conn = master.get_multiplexed_async_connection().await?;
                 let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
                 match role.first() {
-                    Some(Value::BulkString(role)) if role == b"master" => {
-                        Ok(InHand { conn, epoch })
-                    }
+                    Some(Value::BulkString(role)) if role == b"master" => Ok(InHand {
+                        conn: Conn::Node(conn),
+                        epoch,
+                    }),
                     _ => Err(no_master("the server a sentinel named is not a master")),
                 }
             };

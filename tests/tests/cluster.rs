@@ -1,0 +1,141 @@
+//! A Redis Cluster of three masters of the test's own: locks whose keys live on every
+//! master. The contract tests every store passes are in the conformance suite
+//! (`conformance.rs`, `cluster::`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{LockOptions, Locker};
+use lock_tests::RedisCluster;
+use tokio::time::{Instant, sleep, timeout};
+
+const SAFETY_POLL: Duration = Duration::from_secs(4);
+
+async fn connect(cluster: &RedisCluster) -> Locker {
+    Locker::builder()
+        .cluster(cluster.urls())
+        .safety_poll(SAFETY_POLL)
+        .build()
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// One lock name per master: `names[i]` lives on node `i`.
+fn one_name_per_master(cluster: &RedisCluster) -> Vec<String> {
+    let mut names = vec![String::new(); cluster.nodes().len()];
+    for n in 0.. {
+        let name = format!("account:{n}");
+        let node = cluster.node_for_key(&format!("lock:{{{name}}}"));
+        if names[node].is_empty() {
+            names[node] = name;
+        }
+        if names.iter().all(|n| !n.is_empty()) {
+            return names;
+        }
+    }
+    unreachable!()
+}
+
+/// Tasks of two `Locker`s each add 1 to a counter kept outside the lock, read and written
+/// apart, under locks on all three masters: no update is lost and no two tasks are ever
+/// inside one lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusion_holds_on_every_master() {
+    const TASKS: usize = 4;
+    const ROUNDS: u64 = 25;
+    let cluster = RedisCluster::spawn();
+    let lockers = [connect(&cluster).await, connect(&cluster).await];
+    for name in one_name_per_master(&cluster) {
+        let count = Arc::new(AtomicU64::new(0));
+        let inside = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let locker = lockers[t % 2].clone();
+            let (name, count, inside) = (name.clone(), count.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = locker.lock(&name).await.unwrap();
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two inside {name}"
+                    );
+                    let read = count.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    count.store(read + 1, Ordering::SeqCst);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            TASKS as u64 * ROUNDS,
+            "{name}"
+        );
+    }
+}
+
+/// On every master, a waiter of another `Locker` gets a lock soon after its release:
+/// woken by the release, where the safety poll would come seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_on_every_master() {
+    let cluster = RedisCluster::spawn();
+    let (holder, waiter) = (connect(&cluster).await, connect(&cluster).await);
+    for name in one_name_per_master(&cluster) {
+        let held = holder
+            .lock_with(&name, LockOptions::new().lease(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let (waiter, name) = (waiter.clone(), name.clone());
+            async move {
+                let guard = waiter.lock(&name).await.unwrap();
+                let got = Instant::now();
+                guard.release().await.unwrap();
+                got
+            }
+        });
+        // No public signal says a waiter is parked: give it a moment.
+        sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "the waiter got a held lock");
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let got = timeout(SAFETY_POLL * 2, waiting).await.unwrap().unwrap();
+        let after = got.saturating_duration_since(released);
+        assert!(
+            after < SAFETY_POLL / 4,
+            "{name}: the waiter got the lock {after:?} after its release, not woken by it"
+        );
+    }
+}
+
+/// Locks on different masters, taken together, are taken one by one in key order; when
+/// one of them is held elsewhere, those already taken are given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_different_masters_are_taken_together_or_not_at_all() {
+    let cluster = RedisCluster::spawn();
+    let (a, b) = (connect(&cluster).await, connect(&cluster).await);
+    let names = one_name_per_master(&cluster);
+    let all = a.lock_all(&names, LockOptions::new()).await.unwrap();
+    for name in &names {
+        assert!(b.try_lock(name).await.unwrap().is_none(), "{name} was free");
+    }
+    all.release().await.unwrap();
+
+    let last = names.iter().max().unwrap();
+    let blocker = b.lock(last).await.unwrap();
+    let quick = LockOptions::new().wait(Duration::from_millis(300));
+    let err = a.lock_all(&names, quick).await.unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    a.flush().await;
+    for name in names.iter().filter(|n| *n != last) {
+        let taken = b.try_lock(name).await.unwrap();
+        assert!(taken.is_some(), "{name} was kept after the others failed");
+    }
+    blocker.release().await.unwrap();
+}
