@@ -1,4 +1,4 @@
-//! A 3-master Redis Cluster made of [`RedisServer`]s.
+//! A Redis Cluster of 3 masters, with or without a replica each, made of [`RedisServer`]s.
 
 use std::fs::{self, File};
 use std::process::{Command, Stdio};
@@ -9,7 +9,7 @@ use crate::error::chain;
 use crate::server::{REDIS_SERVER, info_field, spawn_error};
 use crate::{HarnessError, POLL_INTERVAL, RedisServer};
 
-/// Masters in the cluster (no replicas).
+/// Masters in the cluster.
 const MASTERS: usize = 3;
 const SLOTS: &str = "16384";
 /// Deadline of `redis-cli --cluster create`.
@@ -20,8 +20,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 const REDIS_CLI: &str = "redis-cli";
 
-/// A Redis Cluster of 3 masters (no replicas) that this test started, each a [`RedisServer`]
-/// with `--cluster-enabled yes` on a free port whose cluster bus port (`port + 10000`) was free
+/// A Redis Cluster of 3 masters (and, from [`spawn_with_replicas`](Self::spawn_with_replicas),
+/// a replica of each) that this test started, each a [`RedisServer`] with
+/// `--cluster-enabled yes` on a free port whose cluster bus port (`port + 10000`) was free
 /// too.
 ///
 /// [`spawn`](Self::spawn) returns once every node reports `cluster_state:ok` with all 16384
@@ -49,17 +50,103 @@ impl RedisCluster {
 
     /// [`spawn`](Self::spawn) that returns the error instead of panicking.
     pub fn try_spawn() -> Result<RedisCluster, HarnessError> {
-        Self::spawn_inner(REDIS_SERVER, REDIS_CLI)
+        Self::spawn_inner(REDIS_SERVER, REDIS_CLI, 0)
     }
 
-    fn spawn_inner(server: &str, cli: &str) -> Result<RedisCluster, HarnessError> {
-        let nodes = (0..MASTERS)
-            .map(|_| RedisServer::spawn_inner(server, &[], true))
+    /// A cluster of 3 masters and a replica of each (6 nodes), which keeps serving the
+    /// slots it still can while a master is down (`cluster-require-full-coverage no`), and
+    /// promotes a dead master's replica (`cluster-node-timeout` 2 s). The first three of
+    /// [`nodes`](Self::nodes) are the masters at the start.
+    ///
+    /// # Panics
+    ///
+    /// As [`spawn`](Self::spawn).
+    #[track_caller]
+    pub fn spawn_with_replicas() -> RedisCluster {
+        match Self::spawn_inner(REDIS_SERVER, REDIS_CLI, 1) {
+            Ok(cluster) => cluster,
+            Err(e @ HarnessError::BinaryNotFound { .. }) => panic!("{e}"),
+            Err(e) => panic!("could not start a test redis cluster: {}", chain(&e)),
+        }
+    }
+
+    fn spawn_inner(server: &str, cli: &str, replicas: usize) -> Result<RedisCluster, HarnessError> {
+        // Serve the slots it still can while a master is down, and let a replica take
+        // over however long ago it last heard from its master.
+        let failover: &[&str] = if replicas > 0 {
+            &[
+                "--cluster-require-full-coverage",
+                "no",
+                "--cluster-replica-validity-factor",
+                "0",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+        } else {
+            &[]
+        };
+        let nodes = (0..MASTERS * (1 + replicas))
+            .map(|_| RedisServer::spawn_inner(server, failover, true))
             .collect::<Result<Vec<_>, _>>()?;
         let cluster = RedisCluster { nodes };
-        cluster.create(cli)?;
+        cluster.create(cli, replicas)?;
         cluster.try_wait_ok(READY_TIMEOUT)?;
+        cluster.wait_replicas_in_sync(READY_TIMEOUT)?;
         Ok(cluster)
+    }
+
+    /// Waits until every replica has acknowledged every write its master made so far
+    /// (replication is asynchronous: a master killed before that loses them). Replicas
+    /// acknowledge once a second.
+    ///
+    /// # Panics
+    ///
+    /// If they have not within 10 s.
+    #[track_caller]
+    pub fn wait_replicated(&self) {
+        const REPLICATION_TIMEOUT: Duration = Duration::from_secs(10);
+        let started = Instant::now();
+        while !self
+            .nodes
+            .iter()
+            .all(|node| replicas_caught_up(node).unwrap_or(false))
+        {
+            assert!(
+                started.elapsed() < REPLICATION_TIMEOUT,
+                "the replicas did not catch up within {REPLICATION_TIMEOUT:?}"
+            );
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Waits until every replica has its master's data and follows it, so that a write
+    /// made from then on reaches it.
+    fn wait_replicas_in_sync(&self, timeout: Duration) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        loop {
+            let behind: Vec<u16> = self
+                .nodes
+                .iter()
+                .filter(|node| {
+                    let info = node.cmd_with_timeout(&["INFO", "replication"], PROBE_TIMEOUT);
+                    let info = info.ok().and_then(|r| r.as_str().map(str::to_owned));
+                    let info = info.as_deref().unwrap_or_default();
+                    info_field(info, "role") == Some("slave")
+                        && info_field(info, "master_link_status") != Some("up")
+                })
+                .map(RedisServer::port)
+                .collect();
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                return Err(HarnessError::ClusterNotReady {
+                    waited: timeout,
+                    detail: format!("replicas not in sync on ports {behind:?}"),
+                });
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
     }
 
     /// The nodes, in the order given to `redis-cli --cluster create`.
@@ -175,7 +262,7 @@ impl RedisCluster {
     }
 
     /// Runs `redis-cli --cluster create` over the nodes, bounded by [`CREATE_TIMEOUT`].
-    fn create(&self, cli: &str) -> Result<(), HarnessError> {
+    fn create(&self, cli: &str, replicas: usize) -> Result<(), HarnessError> {
         let out_path = self.nodes[0].dir().join("cluster-create.log");
         let open = || {
             File::create(&out_path)
@@ -190,6 +277,7 @@ impl RedisCluster {
                     .iter()
                     .map(|node| format!("127.0.0.1:{}", node.port())),
             )
+            .args(["--cluster-replicas", &replicas.to_string()])
             .arg("--cluster-yes")
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -230,13 +318,43 @@ impl RedisCluster {
     }
 }
 
+/// Whether every replica of `node` (none, if it is not a running master) has acknowledged
+/// all of its writes; `None` if `INFO` fails.
+fn replicas_caught_up(node: &RedisServer) -> Option<bool> {
+    if !node.is_running() {
+        return Some(true);
+    }
+    let info = node
+        .cmd_with_timeout(&["INFO", "replication"], PROBE_TIMEOUT)
+        .ok()?;
+    let info = info.as_str()?;
+    if info_field(info, "role") != Some("master") {
+        return Some(true);
+    }
+    let written: u64 = info_field(info, "master_repl_offset")?.parse().ok()?;
+    // `slave0:ip=..,port=..,state=online,offset=299,lag=0`
+    let acked = info
+        .lines()
+        .filter(|line| line.starts_with("slave"))
+        .map(|line| {
+            line.split(',')
+                .find_map(|field| field.strip_prefix("offset="))
+                .and_then(|offset| offset.parse::<u64>().ok())
+        });
+    Some(
+        acked
+            .into_iter()
+            .all(|offset| offset.is_some_and(|o| o >= written)),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn missing_redis_cli_is_reported() {
-        let err = RedisCluster::spawn_inner(REDIS_SERVER, "redis-cli-lock-tests-missing")
+        let err = RedisCluster::spawn_inner(REDIS_SERVER, "redis-cli-lock-tests-missing", 0)
             .expect_err("a missing redis-cli must fail");
         assert!(err.is_binary_not_found(), "{err:?}");
         assert!(

@@ -19,12 +19,15 @@
 //! server.restart();
 //! assert!(server.cmd(&["GET", "k"]).unwrap().is_nil());
 //!
-//! // Independent masters for RedLock, a 3-master cluster, and a master with a replica
-//! // and three sentinels (`failover()` promotes the replica).
+//! // Independent masters for RedLock; a 3-master cluster, and one with a replica of each
+//! // master; a master with a replica and three sentinels (`failover()` promotes the
+//! // replica).
 //! let masters = RedisServer::spawn_many(3);
 //! let cluster = RedisCluster::spawn();
+//! let with_replicas = RedisCluster::spawn_with_replicas();
+//! with_replicas.wait_replicated();
 //! let sentinel = lock_tests::RedisSentinel::spawn();
-//! # let _ = (masters, cluster, sentinel);
+//! # let _ = (masters, cluster, with_replicas, sentinel);
 //! ```
 //!
 //! The harness is std only, so it compiles in seconds. It needs `redis-server` (and, for a

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::RedisCluster;
+use lock_tests::{RedisCluster, eventually};
 use tokio::time::{Instant, sleep, timeout};
 
 const SAFETY_POLL: Duration = Duration::from_secs(4);
@@ -21,20 +21,21 @@ async fn connect(cluster: &RedisCluster) -> Locker {
         .expect("connect to the test cluster")
 }
 
-/// One lock name per master: `names[i]` lives on node `i`.
+/// One lock name on each of the cluster's three masters.
 fn one_name_per_master(cluster: &RedisCluster) -> Vec<String> {
-    let mut names = vec![String::new(); cluster.nodes().len()];
+    const MASTERS: usize = 3;
+    let mut names: Vec<(usize, String)> = Vec::new();
     for n in 0.. {
         let name = format!("account:{n}");
         let node = cluster.node_for_key(&format!("lock:{{{name}}}"));
-        if names[node].is_empty() {
-            names[node] = name;
+        if names.iter().all(|(taken, _)| *taken != node) {
+            names.push((node, name));
         }
-        if names.iter().all(|n| !n.is_empty()) {
-            return names;
+        if names.len() == MASTERS {
+            break;
         }
     }
-    unreachable!()
+    names.into_iter().map(|(_, name)| name).collect()
 }
 
 /// Tasks of two `Locker`s each add 1 to a counter kept outside the lock, read and written
@@ -138,4 +139,57 @@ async fn locks_on_different_masters_are_taken_together_or_not_at_all() {
         assert!(taken.is_some(), "{name} was kept after the others failed");
     }
     blocker.release().await.unwrap();
+}
+
+/// A cluster of three masters with a replica each: a master is killed while locks are
+/// held on every master; once its replica has taken over, every lock is still held and
+/// renewed, and new ones are served on every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_are_kept_and_served_when_a_master_dies_and_its_replica_takes_over() {
+    const LEASE: Duration = Duration::from_secs(10);
+    let mut cluster = RedisCluster::spawn_with_replicas();
+    let names = one_name_per_master(&cluster);
+    let (locker, other) = (connect(&cluster).await, connect(&cluster).await);
+    let held = LockOptions::new().lease(LEASE);
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(locker.lock_with(name, held).await.unwrap());
+    }
+    // Replicated before the master dies (replication is asynchronous).
+    cluster.wait_replicated();
+    let dead = cluster.node_for_key(&format!("lock:{{{}}}", names[0]));
+    cluster.node_mut(dead).kill();
+    let key = format!("lock:{{{}}}", names[0]);
+    eventually(Duration::from_secs(30), "the replica to take over", || {
+        std::future::ready(cluster.node_for_key(&key) != dead)
+    })
+    .await;
+    cluster
+        .try_wait_ok(Duration::from_secs(30))
+        .expect("the cluster serves every slot again");
+
+    // A lease on, every hold (taken before the kill, more than a lease ago by then) is
+    // still held: it was renewed, on the new master too.
+    let until = Instant::now() + LEASE;
+    while Instant::now() < until {
+        for guard in &guards {
+            assert!(!guard.is_lost(), "{} was lost", guard.key());
+        }
+        sleep(Duration::from_millis(500)).await;
+    }
+    for guard in &guards {
+        assert!(
+            guard.is_held().await.unwrap(),
+            "{} is no longer held",
+            guard.key()
+        );
+        assert!(other.try_lock(guard.key()).await.unwrap().is_none());
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for name in &names {
+        let taken = other.try_lock(name).await.unwrap();
+        assert!(taken.is_some(), "{name} is not served");
+    }
 }
