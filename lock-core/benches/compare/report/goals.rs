@@ -213,6 +213,26 @@ impl Report {
             Verdict::of(r.map(|r| r >= 0.85)),
         );
 
+        for masters in [3, 5] {
+            let ours = find("uncontended", &format!("lock-core/redlock-{masters}"));
+            let theirs = find("uncontended", &format!("rslock/redlock-{masters}"));
+            let r = ours
+                .and_then(|o| o.ops_per_sec)
+                .zip(theirs.and_then(|t| t.ops_per_sec))
+                .map(|(o, t)| o / t);
+            goal(
+                &format!("RedLock over {masters} masters, uncontended ≥ 1.0× rslock's"),
+                times(r),
+                Verdict::of(r.map(|r| r >= 1.0)),
+            );
+        }
+        let (measured, p50) = self.p50_in_rtts(find("handoff", "lock-core/cluster"), workers);
+        goal(
+            "handoff on a 3-master cluster (8 Lockers): p50 ≤ 4 RTT",
+            measured,
+            Verdict::of(p50.map(|r| r <= 4.0)),
+        );
+
         let per_guard = find("memory", "lock-core").and_then(|m| m.extra("bytes_per_guard"));
         goal(
             "memory ≤ 1 KiB per held guard",

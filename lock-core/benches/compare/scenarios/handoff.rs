@@ -23,7 +23,7 @@ use crate::report::{Curve, Row};
 use crate::systems::System;
 
 /// Tasks contending for the lock.
-const TASKS: usize = 8;
+pub(crate) const TASKS: usize = 8;
 
 /// How long a task holds the lock. Without a hold, the previous holder's next attempt
 /// (made the moment it sees someone else acquire) races that holder's release and wins: a
@@ -114,23 +114,8 @@ async fn measure_row(
 
     // Commands are divided by every acquisition, those that drain the queue after the
     // last counted one included.
-    let mut row = Row::from_sample(scenario, system, workers, &relay.sample)
+    let row = relay_row(scenario, system, workers, run.scale, rtt, &relay, note)
         .with_calls(calls, relay.acquisitions);
-    let counted = relay.sample.ops;
-    row.extra.insert("rtt_us", rtt);
-    row.extra.insert("acquisitions", counted as f64);
-    row.extra
-        .insert("fifo_overtakings", relay.overtakings as f64);
-    row.note = format!(
-        "{note}; served out of asking order {} times",
-        relay.overtakings
-    );
-    if counted < run.scale.handoffs {
-        row.note += &format!(
-            "; stopped at the {:?} cap after {counted} acquisitions",
-            run.scale.handoff_cap
-        );
-    }
     let label = match scenario {
         "fair-handoff" => format!("{system} fair"),
         _ => system.to_owned(),
@@ -143,9 +128,38 @@ async fn measure_row(
     run.report.push(row);
 }
 
+/// The row of a handoff run `relay`, with the round trip measured beside it.
+pub(crate) fn relay_row(
+    scenario: &'static str,
+    system: &str,
+    workers: usize,
+    scale: Scale,
+    rtt: f64,
+    relay: &Relay,
+    note: &str,
+) -> Row {
+    let mut row = Row::from_sample(scenario, system, workers, &relay.sample);
+    let counted = relay.sample.ops;
+    row.extra.insert("rtt_us", rtt);
+    row.extra.insert("acquisitions", counted as f64);
+    row.extra
+        .insert("fifo_overtakings", relay.overtakings as f64);
+    row.note = format!(
+        "{note}; served out of asking order {} times",
+        relay.overtakings
+    );
+    if counted < scale.handoffs {
+        row.note += &format!(
+            "; stopped at the {:?} cap after {counted} acquisitions",
+            scale.handoff_cap
+        );
+    }
+    row
+}
+
 /// What a handoff run measured.
 #[derive(Debug)]
-struct Relay {
+pub(crate) struct Relay {
     /// The acquisitions counted, their latencies (µs), and the time until the last one.
     sample: Sample,
     /// Every acquisition, those after the end (draining the queue) included.
@@ -201,7 +215,7 @@ impl Baton {
 
 /// One task per system of `tasks`, passing the lock `name` from one to the next until
 /// `scale.handoffs` acquisitions or `scale.handoff_cap`.
-async fn relay(tasks: Vec<System>, scale: Scale, name: &str) -> Relay {
+pub(crate) async fn relay(tasks: Vec<System>, scale: Scale, name: &str) -> Relay {
     let baton = Arc::new(Baton {
         progress: watch::Sender::new(Progress::default()),
         tickets: AtomicUsize::new(0),

@@ -8,6 +8,7 @@ pub(crate) mod handoff;
 pub(crate) mod memory;
 pub(crate) mod parallel;
 pub(crate) mod read_heavy;
+pub(crate) mod scale_out;
 pub(crate) mod semaphore;
 pub(crate) mod uncontended;
 pub(crate) mod watchdog;
@@ -32,6 +33,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "writer-wait",
     "watchdog",
     "axum",
+    "scale-out",
     "memory",
 ];
 
@@ -174,6 +176,9 @@ pub(crate) async fn run(
     }
     if only.contains(&"axum") {
         axum::run(&mut run).await;
+    }
+    if only.contains(&"scale-out") {
+        scale_out::run(&mut run).await;
     }
 }
 

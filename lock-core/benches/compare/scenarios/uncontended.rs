@@ -20,7 +20,7 @@ pub(crate) async fn run(run: &mut Run<'_>) {
 }
 
 /// `n` lock + release cycles, one after the other, on the keys `{prefix}:{i}`.
-async fn cycles(system: System, n: usize, prefix: String) -> Sample {
+pub(crate) async fn cycles(system: System, n: usize, prefix: String) -> Sample {
     let mut sample = Sample {
         ops: n,
         lat: Vec::with_capacity(n),
