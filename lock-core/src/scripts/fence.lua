@@ -1,13 +1,22 @@
 -- Prepended to the scripts that take a lock: draws its next fencing token.
 -- counter  P{K}:fence  integer, strictly increasing per lock
 -- ttl_ms   expiry of the counter in milliseconds, renewed every 64 tokens
+
+-- A new counter's first token, the last argument of every script that draws tokens: '0'
+-- for the server clock in microseconds; else this value (a clock too), which RedLock
+-- gives all its masters alike so that their new counters agree.
+local NEW_COUNTER_SEED = ARGV[#ARGV]
+
 local function draw_fence(counter, ttl_ms)
   local fence = redis.call('INCR', counter)
   if fence == 1 then
     -- A new counter (first use, expired, or lost with a restarted server) starts from
-    -- the server clock in microseconds, so tokens never go backwards.
-    local now = redis.call('TIME')
-    local seed = now[1] .. string.format('%06d', tonumber(now[2]))
+    -- the clock in microseconds, so tokens never go backwards.
+    local seed = NEW_COUNTER_SEED
+    if seed == '0' then
+      local now = redis.call('TIME')
+      seed = now[1] .. string.format('%06d', tonumber(now[2]))
+    end
     redis.call('SET', counter, seed, 'PX', ttl_ms)
     return tonumber(seed)
   end

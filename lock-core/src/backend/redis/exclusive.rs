@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::connection::Conn;
 use super::handover::{OwnWaiters, ReleasePlan};
 use super::keys::RedisKey;
-use super::scripts::AcquireReply;
+use super::scripts::{AcquireReply, FenceSeed};
 use super::{RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
@@ -21,6 +21,7 @@ impl RedisStore {
         &self,
         request: &Acquire,
         waits_for: Duration,
+        seed: FenceSeed,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let mut call = self.scripts.acquire.key(key.as_str());
@@ -30,7 +31,8 @@ impl RedisStore {
             .arg(millis(request.lease))
             .arg(self.fence_ttl_ms(request.lease))
             .arg(self.waiting_as(waits_for))
-            .arg(millis(WAITING_LOCKER));
+            .arg(millis(WAITING_LOCKER))
+            .arg(seed);
         let (reply, sent) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Exclusive)
             .await?;

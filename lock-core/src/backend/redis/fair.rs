@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::keys::RedisKey;
-use super::scripts::FairAcquireReply;
+use super::scripts::{FairAcquireReply, FenceSeed};
 use super::scripts::{LockScript, ScriptCall};
 use super::{PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
@@ -43,7 +43,8 @@ impl RedisStore {
             // zero means "do not queue": not rounded up as leases are
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
             .arg(millis(WAITING_LOCKER))
-            .arg(self.channels.id());
+            .arg(self.channels.id())
+            .arg(FenceSeed::ServerClock);
         // Cut short, it leaves the line, releasing the lock should it be its own.
         let (reply, sent) = self
             .send_acquire::<FairAcquireReply>(&key, &request.token, &call, Release::Leave)
@@ -83,7 +84,9 @@ impl RedisStore {
         token: &str,
     ) -> ScriptCall<'a> {
         let mut call = self.fair_call(script, key);
-        call.arg(token).arg(self.fence_ttl_ms);
+        call.arg(token)
+            .arg(self.fence_ttl_ms)
+            .arg(FenceSeed::ServerClock);
         call
     }
 }

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::connection::InHand;
 use super::hub::Listening;
 use super::keys::RedisKey;
+use super::scripts::FenceSeed;
 use super::sentinel::in_epoch;
 use super::{RedisStore, millis};
 use crate::LockError;
@@ -111,7 +112,8 @@ impl RedisStore {
             .arg(token)
             .arg(&*waiter.token)
             .arg(millis(lease))
-            .arg(self.fence_ttl_ms(lease));
+            .arg(self.fence_ttl_ms(lease))
+            .arg(FenceSeed::ServerClock);
         let InHand { mut conn, epoch } = self.connection.in_hand().await?;
         // The waiter's lease runs from here, with the connection in hand.
         let sent_at = Instant::now();

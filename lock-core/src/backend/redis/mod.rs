@@ -50,7 +50,7 @@ use connection::{Conn, Connection, Endpoint, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub(crate) use redlock::{Drift, RedLockStore};
-use scripts::{ScriptCall, Scripts, Sent};
+use scripts::{FenceSeed, ScriptCall, Scripts, Sent};
 pub(crate) use sentinel::Sentinels;
 
 /// Renewals per pipeline.
@@ -361,6 +361,25 @@ impl RedisStore {
         Ok(renewed)
     }
 
+    /// One attempt at the lock (see [`ClientWait::attempt`]), a new fence counter starting
+    /// at `seed`.
+    async fn attempt_seeded(
+        &self,
+        request: &Acquire,
+        waits_for: Duration,
+        seed: FenceSeed,
+    ) -> Result<Attempt, LockError> {
+        match request.kind {
+            LockKind::Exclusive => self.attempt_exclusive(request, waits_for, seed).await,
+            LockKind::Fair => self.attempt_fair(request, waits_for).await,
+            LockKind::Read => self.attempt_read(request, waits_for, seed).await,
+            LockKind::Write => self.attempt_write(request, waits_for, seed).await,
+            LockKind::Semaphore { permits } => {
+                self.attempt_permit(request, permits, waits_for, seed).await
+            }
+        }
+    }
+
     /// Raises lock `key`'s fence counter to at least `fence`, so that every later token
     /// of this server exceeds it.
     async fn raise_fence(
@@ -491,15 +510,8 @@ impl ClientWait for RedisStore {
         waits_for: Duration,
         _tried: &'a mut (),
     ) -> Result<Attempt, LockError> {
-        match request.kind {
-            LockKind::Exclusive => self.attempt_exclusive(request, waits_for).await,
-            LockKind::Fair => self.attempt_fair(request, waits_for).await,
-            LockKind::Read => self.attempt_read(request, waits_for).await,
-            LockKind::Write => self.attempt_write(request, waits_for).await,
-            LockKind::Semaphore { permits } => {
-                self.attempt_permit(request, permits, waits_for).await
-            }
-        }
+        self.attempt_seeded(request, waits_for, FenceSeed::ServerClock)
+            .await
     }
 
     fn join(&self, request: &Acquire) -> Joined<Listening> {

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use super::keys::RedisKey;
-use super::scripts::{AcquireReply, ScriptCall};
+use super::scripts::{AcquireReply, FenceSeed, ScriptCall};
 use super::{PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
@@ -25,6 +25,7 @@ impl RedisStore {
         &self,
         request: &Acquire,
         waits_for: Duration,
+        seed: FenceSeed,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let mut call = self.scripts.read_acquire.key(key.as_str());
@@ -37,7 +38,8 @@ impl RedisStore {
             .arg(self.fence_ttl_ms(request.lease))
             .arg(asked_for_ms(request))
             .arg(self.waiting_as(waits_for))
-            .arg(millis(WAITING_LOCKER));
+            .arg(millis(WAITING_LOCKER))
+            .arg(seed);
         let (reply, sent) = self
             .send_acquire::<AcquireReply>(
                 &key,
@@ -56,6 +58,7 @@ impl RedisStore {
         &self,
         request: &Acquire,
         waits_for: Duration,
+        seed: FenceSeed,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let place = waits_for.min(PLACE_IN_LINE);
@@ -70,7 +73,8 @@ impl RedisStore {
             // zero means "do not wait": not rounded up as leases are
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
             .arg(self.listening_id())
-            .arg(millis(WAITING_LOCKER));
+            .arg(millis(WAITING_LOCKER))
+            .arg(seed);
         // Cut short, it releases the lock should it be its own, and stops waiting.
         let (reply, sent) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Write)

@@ -17,7 +17,9 @@
 //!   of masters, plus the index of the one that drew it, so that readers and permits
 //!   sharing a lock never get the same one), and those of them whose counter is below
 //!   that largest raise it to it (unless a quorum drew it already), so that the next
-//!   quorum, which shares a master with this one, draws a larger one;
+//!   quorum, which shares a master with this one, draws a larger one. An attempt gives
+//!   every master the same seed for a new counter, so that a lock's counters start alike
+//!   and need no raise until they drift apart;
 //! - renewals, `extend` and `is_held` need the quorum too; a lease that loses it is lost.
 //!
 //! The quorum is a majority, except for a semaphore of `p` permits, which needs
@@ -32,6 +34,7 @@ use tokio::time::Instant;
 
 use super::hub::Listening;
 use super::keys::RedisKey;
+use super::scripts::FenceSeed;
 use super::{RedisConfig, RedisStore, Release};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::kind::Sharing;
@@ -209,6 +212,15 @@ impl RedLockStore {
         }
         rollback.disarm();
     }
+}
+
+/// This process's clock in microseconds: where a new fence counter starts on every master
+/// of an attempt alike.
+fn clock_us() -> u64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The masters a majority of `n` is made of.
@@ -462,6 +474,7 @@ impl ClientWait for RedLockStore {
         tried: &'a mut Tried,
     ) -> Result<Attempt, LockError> {
         let patience = request.lease / PER_MASTER;
+        let seed = FenceSeed::Given(clock_us());
         let rollback = Rollback::new(self, request);
         let asks = self.masters.iter().enumerate().map(|(i, master)| {
             let asked = tried.asks(i);
@@ -470,9 +483,8 @@ impl ClientWait for RedLockStore {
                 if !asked {
                     return Answer::None;
                 }
-                let answer =
-                    tokio::time::timeout(patience, master.attempt(request, waits_for, &mut ()))
-                        .await;
+                let attempt = master.attempt_seeded(request, waits_for, seed);
+                let answer = tokio::time::timeout(patience, attempt).await;
                 match answer {
                     Ok(Ok(Attempt::Acquired { fence, until })) => {
                         rollback.granted().push(i);

@@ -233,6 +233,27 @@ pub(super) async fn pipelined<T: FromRedisValue>(
     }
 }
 
+/// Where a new fence counter starts, the last argument of every script that draws tokens
+/// (`fence.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FenceSeed {
+    /// At the server's clock, in microseconds.
+    ServerClock,
+    /// At this value, a clock in microseconds too: RedLock gives all its masters the same
+    /// one, so that their new counters agree.
+    Given(u64),
+}
+
+impl ToRedisArgs for FenceSeed {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let seed = match self {
+            Self::ServerClock => 0,
+            Self::Given(seed) => *seed,
+        };
+        seed.write_redis_args(out);
+    }
+}
+
 /// When an acquire script's call was sent, with the connection in hand (the lease runs
 /// from then: Redis sets the key no earlier than it receives the call), and the failover
 /// epoch of the master it went to.

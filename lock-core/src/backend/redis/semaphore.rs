@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::scripts::AcquireReply;
+use super::scripts::{AcquireReply, FenceSeed};
 use super::{RedisStore, Release, WAITING_LOCKER, millis};
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
@@ -21,6 +21,7 @@ impl RedisStore {
         request: &Acquire,
         permits: u32,
         waits_for: Duration,
+        seed: FenceSeed,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let mut call = self.scripts.permit_acquire.key(key.as_str());
@@ -33,7 +34,8 @@ impl RedisStore {
             .arg(self.fence_ttl_ms(request.lease))
             .arg(permits)
             .arg(self.waiting_as(waits_for))
-            .arg(millis(WAITING_LOCKER));
+            .arg(millis(WAITING_LOCKER))
+            .arg(seed);
         let release = Release::Shared(Sharing::Permit);
         let (reply, sent) = self
             .send_acquire::<AcquireReply>(&key, &request.token, &call, release)
