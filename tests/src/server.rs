@@ -113,10 +113,7 @@ impl RedisServer {
         master_port: u16,
         down_after: Duration,
     ) -> Result<RedisServer, HarnessError> {
-        let mut last_error = HarnessError::NoFreePort;
-        for _ in 0..SPAWN_ATTEMPTS {
-            let port = free_port(false)?;
-            let dir = make_dir(port)?;
+        Self::start_on_free_port(REDIS_SERVER, false, |port, dir| {
             let conf = dir.join("sentinel.conf");
             let down_after_ms = down_after.as_millis();
             let text = format!(
@@ -129,20 +126,8 @@ impl RedisServer {
             );
             fs::write(&conf, text)
                 .map_err(|e| HarnessError::io(format!("write {}", conf.display()), e))?;
-            let mut server = RedisServer {
-                args: vec![conf.into(), "--sentinel".into()],
-                port,
-                dir,
-                binary: REDIS_SERVER.to_owned(),
-                child: Mutex::new(None),
-            };
-            match server.start() {
-                Ok(()) => return Ok(server),
-                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error)
+            Ok(vec![conf.into(), "--sentinel".into()])
+        })
     }
 
     pub(crate) fn spawn_inner(
@@ -150,12 +135,24 @@ impl RedisServer {
         extra: &[&str],
         cluster: bool,
     ) -> Result<RedisServer, HarnessError> {
+        Self::start_on_free_port(binary, cluster, |port, dir| {
+            Ok(server_args(port, dir, cluster, extra))
+        })
+    }
+
+    /// Starts `binary` with the arguments `args` gives for a free port and its new dir;
+    /// tries another port should the chosen one be taken before the server binds it.
+    fn start_on_free_port(
+        binary: &str,
+        cluster: bool,
+        args: impl Fn(u16, &Path) -> Result<Vec<OsString>, HarnessError>,
+    ) -> Result<RedisServer, HarnessError> {
         let mut last_error = HarnessError::NoFreePort;
         for _ in 0..SPAWN_ATTEMPTS {
             let port = free_port(cluster)?;
             let dir = make_dir(port)?;
             let mut server = RedisServer {
-                args: server_args(port, &dir, cluster, extra),
+                args: args(port, &dir)?,
                 port,
                 dir,
                 binary: binary.to_owned(),

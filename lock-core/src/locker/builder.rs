@@ -330,6 +330,21 @@ impl LockerBuilder {
             let store = RedLockStore::connect(configs, drift).await?;
             return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
         }
+        // What every Redis deployment shares; its server is set apart.
+        let namespace = self.namespace.clone();
+        let shared = || {
+            let (url, pool) = (None, None);
+            let namespace = namespace.clone();
+            redis_config(
+                url,
+                pool,
+                namespace,
+                fence_ttl,
+                connect_timeout,
+                local_handovers,
+                safety_poll,
+            )
+        };
         if let Some(urls) = self.cluster {
             if redis || self.in_memory || self.store.is_some() || self.sentinel.is_some() {
                 return Err(LockError::Config(
@@ -337,28 +352,13 @@ impl LockerBuilder {
                         .into(),
                 ));
             }
-            let seeds = cluster_seeds(&urls, connect_timeout)?;
+            let shown: Vec<String> = urls.iter().map(|u| redact(u)).collect();
             let config = RedisConfig {
-                address: format!(
-                    "the cluster of {}",
-                    urls.iter()
-                        .map(|u| redact(u))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                cluster: Some(seeds),
-                ..redis_config(
-                    None,
-                    None,
-                    self.namespace,
-                    fence_ttl,
-                    connect_timeout,
-                    local_handovers,
-                    safety_poll,
-                )?
+                cluster: Some(cluster_seeds(&urls, connect_timeout)?),
+                address: format!("the cluster of {}", shown.join(", ")),
+                ..shared()?
             };
-            let store = RedisStore::connect(config).await?;
-            return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
+            return on_redis(config, defaults, max_key_len).await;
         }
         if let Some((urls, master_name)) = self.sentinel {
             if redis || self.in_memory || self.store.is_some() {
@@ -371,18 +371,9 @@ impl LockerBuilder {
             let config = RedisConfig {
                 address: sentinels.describe(),
                 sentinel: Some(Arc::new(sentinels)),
-                ..redis_config(
-                    None,
-                    None,
-                    self.namespace,
-                    fence_ttl,
-                    connect_timeout,
-                    local_handovers,
-                    safety_poll,
-                )?
+                ..shared()?
             };
-            let store = RedisStore::connect(config).await?;
-            return Ok(Locker::on(Arc::new(store), defaults, max_key_len));
+            return on_redis(config, defaults, max_key_len).await;
         }
         if self.redlock_drift.is_some() {
             return Err(LockError::Config(
@@ -423,6 +414,16 @@ impl LockerBuilder {
         };
         Ok(Locker::on(store, defaults, max_key_len))
     }
+}
+
+/// A `Locker` on the Redis deployment of `config`, once connected.
+async fn on_redis(
+    config: RedisConfig,
+    defaults: Defaults,
+    max_key_len: usize,
+) -> Result<Locker, LockError> {
+    let store = RedisStore::connect(config).await?;
+    Ok(Locker::on(Arc::new(store), defaults, max_key_len))
 }
 
 /// The client of the Redis Cluster that the nodes at `urls` belong to, and a client of
