@@ -113,6 +113,29 @@ impl RedLockStore {
         })
     }
 
+    /// Asks every master at once, each within `patience`: each one's answer, `None` where
+    /// it failed or did not answer in time.
+    async fn ask_all<'a, T, F>(
+        &'a self,
+        patience: Duration,
+        ask: impl Fn(&'a RedisStore) -> F,
+    ) -> Vec<Option<T>>
+    where
+        F: Future<Output = Result<T, LockError>>,
+    {
+        let asks = self
+            .masters
+            .iter()
+            .map(|m| tokio::time::timeout(patience, ask(m)));
+        let answers = join_all(asks).await;
+        answers.into_iter().map(|a| a.ok()?.ok()).collect()
+    }
+
+    /// How long a call other than an attempt or a renewal waits for each master.
+    fn patience(&self) -> Duration {
+        self.masters[0].connection.connect_timeout()
+    }
+
     /// How many masters must hold a lock of `kind`.
     fn quorum(&self, kind: LockKind) -> usize {
         let n = self.masters.len();
@@ -327,14 +350,9 @@ impl Store for RedLockStore {
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let patience = self.masters[0].connection.connect_timeout();
-            let releases = self
-                .masters
-                .iter()
-                .map(|m| tokio::time::timeout(patience, m.release(hold)));
-            let answers = join_all(releases).await;
-            let released = answers.iter().filter(|a| matches!(a, Ok(Ok(true)))).count();
-            let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
+            let answers = self.ask_all(self.patience(), |m| m.release(hold)).await;
+            let released = answers.iter().filter(|a| **a == Some(true)).count();
+            let answered = answers.iter().flatten().count();
             let needed = self.quorum(hold.kind);
             if answered < needed {
                 return Err(self.quorum_error(hold.key, released, needed));
@@ -351,15 +369,7 @@ impl Store for RedLockStore {
                 .min()
                 .unwrap_or_default();
             let sent_at = Instant::now();
-            let renewals = self
-                .masters
-                .iter()
-                .map(|m| tokio::time::timeout(patience, m.renew(leases)));
-            let answers: Vec<Option<Vec<Option<Instant>>>> = join_all(renewals)
-                .await
-                .into_iter()
-                .map(|a| a.ok().and_then(Result::ok))
-                .collect();
+            let answers = self.ask_all(patience, |m| m.renew(leases)).await;
             let unanswered = answers.iter().filter(|a| a.is_none()).count();
             let mut decided = 0;
             let renewed: Vec<Option<Instant>> = leases
@@ -398,14 +408,9 @@ impl Store for RedLockStore {
 
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let patience = self.masters[0].connection.connect_timeout();
-            let asks = self
-                .masters
-                .iter()
-                .map(|m| tokio::time::timeout(patience, m.is_held(hold)));
-            let answers = join_all(asks).await;
-            let held = answers.iter().filter(|a| matches!(a, Ok(Ok(true)))).count();
-            let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
+            let answers = self.ask_all(self.patience(), |m| m.is_held(hold)).await;
+            let held = answers.iter().filter(|a| **a == Some(true)).count();
+            let answered = answers.iter().flatten().count();
             let needed = self.quorum(hold.kind);
             if held < needed && answered < needed {
                 return Err(self.quorum_error(hold.key, held, needed));
@@ -416,16 +421,10 @@ impl Store for RedLockStore {
 
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
         Box::pin(async move {
-            let patience = self.masters[0].connection.connect_timeout();
-            let asks = self
-                .masters
-                .iter()
-                .map(|m| tokio::time::timeout(patience, m.available(key, permits)));
-            let mut free: Vec<u32> = join_all(asks)
-                .await
-                .into_iter()
-                .filter_map(|a| a.ok().and_then(Result::ok))
-                .collect();
+            let answers = self
+                .ask_all(self.patience(), |m| m.available(key, permits))
+                .await;
+            let mut free: Vec<u32> = answers.into_iter().flatten().collect();
             let needed = self.quorum(LockKind::Semaphore { permits });
             if free.len() < needed {
                 return Err(self.quorum_error(key, free.len(), needed));
@@ -438,16 +437,10 @@ impl Store for RedLockStore {
 
     fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let patience = self.masters[0].connection.connect_timeout();
-            let sets = self
-                .masters
-                .iter()
-                .map(|m| tokio::time::timeout(patience, m.set_permits(key, permits)));
-            let set = join_all(sets)
-                .await
-                .iter()
-                .filter(|a| matches!(a, Ok(Ok(()))))
-                .count();
+            let answers = self
+                .ask_all(self.patience(), |m| m.set_permits(key, permits))
+                .await;
+            let set = answers.iter().flatten().count();
             let needed = self.quorum(LockKind::Semaphore { permits });
             if set < needed {
                 return Err(self.quorum_error(key, set, needed));
