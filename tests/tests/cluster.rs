@@ -82,12 +82,15 @@ async fn exclusion_holds_on_every_master() {
 }
 
 /// On every master, a waiter of another `Locker` gets a lock soon after its release:
-/// woken by the release, where the safety poll would come seconds later.
+/// woken by the release, where the safety poll would come seconds later. The wake-up is
+/// sharded: published (`SPUBLISH`) on the lock's own master, never broadcast (`PUBLISH`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_waiter_on_every_master() {
     let cluster = RedisCluster::spawn();
     let (holder, waiter) = (connect(&cluster).await, connect(&cluster).await);
     for name in one_name_per_master(&cluster) {
+        let node = &cluster.nodes()[cluster.node_for_key(&format!("lock:{{{name}}}"))];
+        let published = node.calls("spublish");
         let held = holder
             .lock_with(&name, LockOptions::new().lease(Duration::from_secs(30)))
             .await
@@ -112,6 +115,13 @@ async fn a_release_wakes_a_waiter_on_every_master() {
             after < SAFETY_POLL / 4,
             "{name}: the waiter got the lock {after:?} after its release, not woken by it"
         );
+        assert!(
+            node.calls("spublish") > published,
+            "{name}: no wake-up was published on the lock's own master"
+        );
+    }
+    for node in cluster.nodes() {
+        assert_eq!(node.calls("publish"), 0, "a wake-up was broadcast");
     }
 }
 

@@ -8,7 +8,7 @@ use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
 use crate::backend::redis::{
-    ClusterNodes, ClusterSeeds, Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, redact,
+    ClusterSeeds, Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, redact,
 };
 use crate::backend::{MemoryStore, Store};
 use crate::options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
@@ -426,8 +426,8 @@ async fn on_redis(
     Ok(Locker::on(Arc::new(store), defaults, max_key_len))
 }
 
-/// The client of the Redis Cluster that the nodes at `urls` belong to, and a client of
-/// each for the pub/sub connection.
+/// The client of the Redis Cluster that the nodes at `urls` belong to, and the nodes
+/// themselves, for the pub/sub connection.
 fn cluster_seeds(urls: &[String], connect_timeout: Duration) -> Result<ClusterSeeds, LockError> {
     if urls.is_empty() {
         return Err(LockError::Config(
@@ -439,16 +439,16 @@ fn cluster_seeds(urls: &[String], connect_timeout: Duration) -> Result<ClusterSe
     };
     let nodes = urls
         .iter()
-        .map(|url| redis::Client::open(url.as_str()).map_err(|e| invalid(url, e)))
+        .map(|url| {
+            redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                .map_err(|e| invalid(url, e))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
         .connection_timeout(connect_timeout)
         .build()
         .map_err(|e| invalid(&urls[0], e))?;
-    Ok(ClusterSeeds {
-        client,
-        nodes: ClusterNodes::new(nodes),
-    })
+    Ok(ClusterSeeds { client, nodes })
 }
 
 /// Checks the Redis settings.

@@ -83,9 +83,9 @@ impl Locker {
     /// [`lock_all`](Self::lock_all) are taken one by one in key order, so they may live
     /// on different nodes. redis-rs's cluster connection sends each command to the node
     /// of its lock, follows `MOVED` and `ASK`, and finds the new master of a slot whose
-    /// master failed. Wake-ups travel by classic pub/sub, which the cluster passes to
-    /// every node: the pub/sub connection goes to any one node (the next seed after a
-    /// drop).
+    /// master failed. Wake-ups travel by sharded pub/sub (`SPUBLISH`, `SSUBSCRIBE`): a
+    /// release publishes on its lock's own node, where the waiters' `Locker`s subscribe,
+    /// and is not broadcast to every node. Needs Redis 7 or later.
     ///
     /// What a cluster does not give: its replication is asynchronous, so a failover of a
     /// master can lose a lock just taken there, as on [Sentinel](Self::sentinel).

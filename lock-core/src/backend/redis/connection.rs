@@ -5,7 +5,6 @@
 //! a bb8 pool's manager, or the master that Sentinel names, found again after a failover.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use bb8_redis::RedisConnectionManager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ConnectionInfo, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use super::sentinel::Sentinels;
 use crate::LockError;
@@ -77,37 +76,13 @@ pub(super) enum Source {
     Cluster(Box<ClusterClient>),
 }
 
-/// Where the pub/sub connection goes: the server of a url, or the master its sentinels
-/// name.
+/// Where the pub/sub connection goes: the server of a url, the master its sentinels
+/// name, or a Redis Cluster (its seed nodes).
 #[derive(Debug, Clone)]
 pub(super) enum Endpoint {
     Client(Box<redis::Client>),
     Sentinel(Arc<Sentinels>),
-    /// Any node of a Redis Cluster, each in turn: a release's `PUBLISH` reaches every
-    /// node.
-    Cluster(Arc<ClusterNodes>),
-}
-
-/// The seed nodes of a Redis Cluster, for the pub/sub connection: the next is tried after
-/// each connect.
-#[derive(Debug)]
-pub(crate) struct ClusterNodes {
-    nodes: Vec<redis::Client>,
-    next: AtomicUsize,
-}
-
-impl ClusterNodes {
-    pub(crate) fn new(nodes: Vec<redis::Client>) -> Self {
-        Self {
-            nodes,
-            next: AtomicUsize::new(0),
-        }
-    }
-
-    fn next(&self) -> Option<redis::Client> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        self.nodes.get(i % self.nodes.len().max(1)).cloned()
-    }
+    Cluster(Arc<[ConnectionInfo]>),
 }
 
 impl Endpoint {
@@ -116,16 +91,6 @@ impl Endpoint {
         match self {
             Self::Client(_) | Self::Cluster(_) => 0,
             Self::Sentinel(sentinels) => sentinels.epoch(),
-        }
-    }
-
-    pub(super) async fn client(&self) -> RedisResult<redis::Client> {
-        match self {
-            Self::Client(client) => Ok((**client).clone()),
-            Self::Sentinel(sentinels) => sentinels.master_client().await,
-            Self::Cluster(nodes) => nodes.next().ok_or_else(|| {
-                RedisError::from((redis::ErrorKind::Io, "no cluster node to connect to"))
-            }),
         }
     }
 }

@@ -7,22 +7,21 @@
 //! lock's line knows whether its wake-ups are being delivered ([`Listening`]): a waiter
 //! waits until they are before its next attempt, and polls more often while they are not.
 //! Own code rather than redis-rs's resubscribing connection: waiters must know when a
-//! channel is subscribed again, which that connection does not say.
+//! channel is subscribed again, which that connection does not say. The connection itself,
+//! to one server or sharded over a Redis Cluster, is a [`Subscriber`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::RedisError;
-use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use super::connection::Endpoint;
 use super::keys::Channels;
 use super::sentinel::in_epoch;
+use super::subscriber::{Event, Subscriber};
 use crate::wait::handover::FairHandOver;
 use crate::wait::line::{Line, Lines};
 
@@ -160,7 +159,7 @@ impl std::fmt::Debug for Hub {
 
 enum HubEvent {
     Cmd(Option<HubCmd>),
-    Message(Option<redis::Msg>),
+    Pushed(Event),
     Retry,
     Lingered,
 }
@@ -182,19 +181,18 @@ impl Task {
         // time is not the latest is stale.
         let mut idle: VecDeque<(Instant, Arc<str>)> = VecDeque::new();
         let mut idle_since: HashMap<Arc<str>, Instant> = HashMap::new();
-        let mut sink: Option<PubSubSink> = None;
-        let mut stream: Option<PubSubStream> = None;
+        let mut subscriber: Option<Subscriber> = None;
         let mut backoff = MIN_BACKOFF;
         loop {
-            if sink.is_none() && !desired.is_empty() {
-                match self.connect(&desired).await {
-                    Ok((new_sink, new_stream)) => {
+            if subscriber.is_none() && !desired.is_empty() {
+                let channels: Vec<String> = desired.iter().map(|k| self.channels.of(k)).collect();
+                match Subscriber::connect(&self.endpoint, &channels, self.connect_timeout).await {
+                    Ok(connected) => {
                         tracing::debug!(channels = desired.len(), "pub/sub connected");
                         for key in &desired {
                             self.set_ready(key, true);
                         }
-                        sink = Some(new_sink);
-                        stream = Some(new_stream);
+                        subscriber = Some(connected);
                         backoff = MIN_BACKOFF;
                     }
                     Err(e) => {
@@ -204,23 +202,14 @@ impl Task {
             }
             let event = tokio::select! {
                 cmd = rx.recv() => HubEvent::Cmd(cmd),
-                msg = async { stream.as_mut()?.next().await }, if stream.is_some() => HubEvent::Message(msg),
-                () = tokio::time::sleep(backoff), if sink.is_none() && !desired.is_empty() => HubEvent::Retry,
+                Some(event) = async { Some(subscriber.as_mut()?.next().await) }, if subscriber.is_some() => HubEvent::Pushed(event),
+                () = tokio::time::sleep(backoff), if subscriber.is_none() && !desired.is_empty() => HubEvent::Retry,
                 () = lingered(idle.front().map(|(at, _)| *at)), if !idle.is_empty() => HubEvent::Lingered,
             };
             match event {
                 HubEvent::Cmd(None) => return,
                 HubEvent::Cmd(Some(HubCmd::Subscribe(key))) => {
-                    if let Some(s) = &mut sink {
-                        match s.subscribe(&self.channels.of(&key)).await {
-                            Ok(()) => self.set_ready(&key, true),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "pub/sub subscribe failed; reconnecting");
-                                (sink, stream) = (None, None);
-                                self.wake_all_unready();
-                            }
-                        }
-                    }
+                    self.subscribe(&mut subscriber, &key).await;
                     desired.insert(key);
                 }
                 HubEvent::Cmd(Some(HubCmd::Idle(key))) => {
@@ -246,19 +235,29 @@ impl Task {
                             continue;
                         }
                         desired.remove(&key);
-                        if let Some(s) = &mut sink
+                        if let Some(s) = &mut subscriber
                             && let Err(e) = s.unsubscribe(&self.channels.of(&key)).await
                         {
                             tracing::warn!(error = %e, "pub/sub unsubscribe failed; reconnecting");
-                            (sink, stream) = (None, None);
+                            subscriber = None;
                             self.wake_all_unready();
                         }
                     }
                 }
-                HubEvent::Message(Some(msg)) => self.deliver(&msg),
-                HubEvent::Message(None) => {
+                HubEvent::Pushed(Event::Message(msg)) => self.deliver(&msg),
+                HubEvent::Pushed(Event::Unsubscribed(channel)) => {
+                    // Still wanted: a cluster node gave up the lock's slot. Its waiters may
+                    // have missed a wake-up; subscribe where the slot went.
+                    let key = self.channels.key_of(&channel);
+                    if let Some(key) = key.and_then(|key| desired.get(key)).cloned() {
+                        self.set_ready(&key, false);
+                        self.lines.wake_all(&key);
+                        self.subscribe(&mut subscriber, &key).await;
+                    }
+                }
+                HubEvent::Pushed(Event::Lost) => {
                     tracing::warn!("pub/sub connection lost; reconnecting");
-                    (sink, stream) = (None, None);
+                    subscriber = None;
                     self.wake_all_unready();
                 }
                 HubEvent::Retry => backoff = (backoff * 2).min(Duration::from_secs(2)),
@@ -302,6 +301,20 @@ impl Task {
         }
     }
 
+    /// Subscribes to the channel of `key` on the connection, if one is open; one that
+    /// fails it is dropped, to be opened again.
+    async fn subscribe(&self, subscriber: &mut Option<Subscriber>, key: &str) {
+        let Some(s) = subscriber else { return };
+        match s.subscribe(&self.channels.of(key)).await {
+            Ok(()) => self.set_ready(key, true),
+            Err(e) => {
+                tracing::warn!(error = %e, "pub/sub subscribe failed; reconnecting");
+                *subscriber = None;
+                self.wake_all_unready();
+            }
+        }
+    }
+
     fn set_ready(&self, key: &str, ready: bool) {
         if let Some(line) = self.lines.get(key) {
             line.listening.set_ready(ready);
@@ -315,27 +328,6 @@ impl Task {
             line.listening.set_ready(false);
             line.wake_all();
         });
-    }
-
-    async fn connect(
-        &self,
-        keys: &HashSet<Arc<str>>,
-    ) -> Result<(PubSubSink, PubSubStream), RedisError> {
-        let connect = async {
-            let client = self.endpoint.client().await?;
-            let (mut sink, stream) = client.get_async_pubsub().await?.split();
-            let names: Vec<String> = keys.iter().map(|k| self.channels.of(k)).collect();
-            sink.subscribe(&names).await?;
-            Ok((sink, stream))
-        };
-        tokio::time::timeout(self.connect_timeout, connect)
-            .await
-            .unwrap_or_else(|_| {
-                Err(RedisError::from((
-                    redis::ErrorKind::Io,
-                    "pub/sub connect timed out",
-                )))
-            })
     }
 }
 

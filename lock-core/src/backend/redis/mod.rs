@@ -8,7 +8,8 @@
 //!   share a lock, have in common;
 //! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
-//! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs;
+//! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
+//!   [`subscriber`]: to one server, or sharded over a Redis Cluster;
 //! - [`redlock`]: one lock over N independent masters, each a store of this kind.
 //!
 //! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
@@ -43,14 +44,14 @@ mod scripts;
 mod semaphore;
 mod sentinel;
 mod shared;
+mod subscriber;
 
-pub(crate) use connection::ClusterNodes;
 pub(crate) use connection::redact;
 use connection::{Conn, Connection, Endpoint, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub(crate) use redlock::{Drift, RedLockStore};
-use scripts::{FenceSeed, ScriptCall, Scripts, Sent};
+use scripts::{FenceSeed, Publish, ScriptCall, Scripts, Sent};
 pub(crate) use sentinel::Sentinels;
 
 /// Renewals per pipeline.
@@ -92,7 +93,7 @@ pub(crate) struct RedisConfig {
 #[derive(Debug)]
 pub(crate) struct ClusterSeeds {
     pub(crate) client: redis::cluster::ClusterClient,
-    pub(crate) nodes: ClusterNodes,
+    pub(crate) nodes: Vec<redis::ConnectionInfo>,
 }
 
 /// Locks in one Redis. Cheap to clone (an `Arc` inside), so background work can own one.
@@ -151,6 +152,11 @@ impl RedisStore {
             local_handovers,
             safety_poll,
         } = config;
+        let publish = if cluster.is_some() {
+            Publish::Sharded
+        } else {
+            Publish::Plain
+        };
         let (source, endpoint) = match (pool, client, sentinel, cluster) {
             (Some(pool), client, _, _) => (
                 Source::Pool(pool),
@@ -166,7 +172,7 @@ impl RedisStore {
             ),
             (None, None, None, Some(seeds)) => (
                 Source::Cluster(Box::new(seeds.client)),
-                Some(Endpoint::Cluster(Arc::new(seeds.nodes))),
+                Some(Endpoint::Cluster(seeds.nodes.into())),
             ),
             (None, None, None, None) => {
                 return Err(LockError::Config("no redis url or pool".into()));
@@ -183,7 +189,7 @@ impl RedisStore {
             });
             Inner {
                 connection,
-                scripts: Scripts::new(),
+                scripts: Scripts::new(publish),
                 namespace,
                 fence_ttl_ms: millis(fence_ttl),
                 hub: endpoint.map(|endpoint| {

@@ -19,14 +19,26 @@ use crate::wait::Attempt;
 use crate::{LockError, LockKind};
 use tokio::time::Instant;
 
-/// A script that takes `$keys` keys: its helpers (each prepended file), then its body.
+/// A script that takes `$keys` keys: its helpers (each prepended file), then its body,
+/// publishing its wake-ups as `$publish` says.
 macro_rules! script {
-    ($keys:literal: $($file:literal),+) => {
-        LockScript {
-            script: Script::new(concat!($(include_str!(concat!("../../scripts/", $file))),+)),
-            keys: $keys,
-        }
+    ($publish:ident, $keys:literal: $($file:literal),+) => {
+        LockScript::new(
+            $publish,
+            $keys,
+            concat!($(include_str!(concat!("../../scripts/", $file))),+),
+        )
     };
+}
+
+/// How the scripts publish the wake-ups that a `Locker`'s hub listens for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Publish {
+    /// `PUBLISH`, on one server.
+    Plain,
+    /// `SPUBLISH`, on a Redis Cluster: a wake-up reaches only the node that serves its
+    /// lock's slot, where the waiters' hubs subscribe with `SSUBSCRIBE`.
+    Sharded,
 }
 
 /// A Lua script, and how many of a call's first arguments are its keys.
@@ -37,6 +49,16 @@ pub(super) struct LockScript {
 }
 
 impl LockScript {
+    /// The script `lua`, which takes `keys` keys; its `PUBLISH` calls made sharded where
+    /// `publish` says so.
+    fn new(publish: Publish, keys: usize, lua: &str) -> Self {
+        let script = match publish {
+            Publish::Plain => Script::new(lua),
+            Publish::Sharded => Script::new(&lua.replace("'PUBLISH'", "'SPUBLISH'")),
+        };
+        Self { script, keys }
+    }
+
     /// A call of the script, starting with its first key; the other keys follow, then the
     /// arguments. Own code rather than redis-rs's `ScriptInvocation`, which keeps each
     /// argument in an allocation of its own and copies them all into the command it sends
@@ -139,45 +161,45 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(publish: Publish) -> Self {
         Self {
-            acquire: script!(3: "fence.lua", "lockers.lua", "acquire.lua"),
-            release: script!(3: "lockers.lua", "release.lua"),
-            extend: script!(2: "shared.lua", "extend.lua"),
-            handover: script!(2: "fence.lua", "handover.lua"),
-            relay: script!(2: "lockers.lua", "relay.lua"),
-            fair_acquire: script!(6: "fence.lua",
+            acquire: script!(publish, 3: "fence.lua", "lockers.lua", "acquire.lua"),
+            release: script!(publish, 3: "lockers.lua", "release.lua"),
+            extend: script!(publish, 2: "shared.lua", "extend.lua"),
+            handover: script!(publish, 2: "fence.lua", "handover.lua"),
+            relay: script!(publish, 2: "lockers.lua", "relay.lua"),
+            fair_acquire: script!(publish, 6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
                 "fair_acquire.lua"
             ),
-            fair_release: script!(6: "fence.lua",
+            fair_release: script!(publish, 6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
                 "fair_release.lua"
             ),
-            fair_leave: script!(6: "fence.lua",
+            fair_leave: script!(publish, 6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
                 "fair_leave.lua"
             ),
-            read_acquire: script!(5: "fence.lua", "lockers.lua", "shared.lua", "read_acquire.lua"),
-            write_acquire: script!(4: "fence.lua",
+            read_acquire: script!(publish, 5: "fence.lua", "lockers.lua", "shared.lua", "read_acquire.lua"),
+            write_acquire: script!(publish, 4: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
                 "write_acquire.lua"
             ),
-            write_release: script!(4: "lockers.lua", "write_release.lua"),
-            shared_release: script!(5: "lockers.lua", "shared.lua", "shared_release.lua"),
-            permit_acquire: script!(5: "fence.lua",
+            write_release: script!(publish, 4: "lockers.lua", "write_release.lua"),
+            shared_release: script!(publish, 5: "lockers.lua", "shared.lua", "shared_release.lua"),
+            permit_acquire: script!(publish, 5: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
                 "permit_acquire.lua"
             ),
-            permits: script!(3: "shared.lua", "permits.lua"),
-            set_permits: script!(3: "lockers.lua", "set_permits.lua"),
-            held: script!(2: "shared.lua", "held.lua"),
-            raise_fence: script!(1: "raise_fence.lua"),
+            permits: script!(publish, 3: "shared.lua", "permits.lua"),
+            set_permits: script!(publish, 3: "lockers.lua", "set_permits.lua"),
+            held: script!(publish, 2: "shared.lua", "held.lua"),
+            raise_fence: script!(publish, 1: "raise_fence.lua"),
         }
     }
 
@@ -361,6 +383,26 @@ mod tests {
 
     fn reply(values: &[i64]) -> Value {
         Value::Array(values.iter().map(|&v| Value::Int(v)).collect())
+    }
+
+    /// A cluster's scripts publish sharded only if every publish is spelled `'PUBLISH'`,
+    /// the spelling [`Publish::Sharded`] replaces.
+    #[test]
+    fn every_publish_is_spelled_as_the_sharded_scripts_expect() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts");
+        let scripts: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|file| std::fs::read_to_string(file.unwrap().path()).unwrap())
+            .collect();
+        let mut publishes = 0;
+        for line in scripts.iter().flat_map(|s| s.lines()) {
+            let code = line.split("--").next().unwrap_or_default();
+            if code.to_ascii_lowercase().contains("publish") {
+                assert!(code.contains("redis.call('PUBLISH', "), "{line}");
+                publishes += 1;
+            }
+        }
+        assert_eq!(publishes, 6);
     }
 
     #[test]
