@@ -11,7 +11,9 @@
 //!   acquisition, so that a late release can never undo a later grant;
 //! - the lock is taken when a quorum granted it and it is still valid: it runs until the
 //!   quorum-th latest of their leases (each reckoned from when its command was sent) less
-//!   the drift allowance. Otherwise every master that granted it releases it before the
+//!   the drift allowance. The other masters' answers are not waited for: one that grants
+//!   it late holds the caller's token, which the guard renews and releases everywhere.
+//!   Otherwise every master that granted it releases it before the
 //!   next attempt;
 //! - its fencing token is the largest of the granting masters' tokens (times the number
 //!   of masters, plus the index of the one that drew it, so that readers and permits
@@ -29,7 +31,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::hub::Listening;
@@ -334,6 +338,41 @@ enum Answer {
     None,
 }
 
+/// The answers to an attempt so far.
+#[derive(Default)]
+struct Tally {
+    /// The masters that granted it, each with the token it drew.
+    granted: Vec<(usize, u64)>,
+    /// When each grant runs out.
+    untils: Vec<Instant>,
+    /// The shortest lease left among the holders in the way, where known.
+    holder_ttl: Option<Duration>,
+    /// How many masters answered, granting it or not.
+    answered: usize,
+    refused: Option<LockError>,
+}
+
+impl Tally {
+    fn add(&mut self, master: usize, answer: Answer, tried: &mut Tried) {
+        match answer {
+            Answer::Granted { fence, until } => {
+                self.granted.push((master, fence));
+                self.untils.push(until);
+                self.answered += 1;
+            }
+            Answer::Held(ttl) => {
+                self.holder_ttl = match (self.holder_ttl, ttl) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                self.answered += 1;
+            }
+            Answer::Refused(e) => self.refused = Some(e),
+            Answer::None => tried.stop_asking(master),
+        }
+    }
+}
+
 impl Store for RedLockStore {
     fn name(&self) -> &str {
         "redlock"
@@ -474,11 +513,11 @@ impl ClientWait for RedLockStore {
             let rollback = &rollback;
             async move {
                 if !asked {
-                    return Answer::None;
+                    return (i, Answer::None);
                 }
                 let attempt = master.attempt_seeded(request, waits_for, seed);
                 let answer = tokio::time::timeout(patience, attempt).await;
-                match answer {
+                let answer = match answer {
                     Ok(Ok(Attempt::Acquired { fence, until })) => {
                         rollback.granted().push(i);
                         Answer::Granted { fence, until }
@@ -492,49 +531,47 @@ impl ClientWait for RedLockStore {
                     // master refuses it alike.
                     Ok(Err(e)) => Answer::Refused(e),
                     Err(_) => Answer::None,
-                }
+                };
+                (i, answer)
             }
         });
-        let answers = join_all(asks).await;
-        let mut granted = Vec::new();
-        let mut untils = Vec::new();
-        let mut holder_ttl: Option<Duration> = None;
-        let mut answered = 0;
-        let mut refused = None;
-        for (i, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Answer::Granted { fence, until } => {
-                    granted.push((i, fence));
-                    untils.push(until);
-                    answered += 1;
-                }
-                Answer::Held(ttl) => {
-                    holder_ttl = match (holder_ttl, ttl) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    answered += 1;
-                }
-                Answer::Refused(e) => refused = Some(e),
-                Answer::None => tried.stop_asking(i),
-            }
+        let mut asks: FuturesUnordered<_> = asks.collect();
+        let needed = self.quorum(request.kind);
+        let mut tally = Tally::default();
+        // Until a quorum granted: the others' answers are not waited for. A late grant
+        // holds the caller's token, and the guard renews and releases on every master.
+        while tally.granted.len() < needed
+            && let Some((i, answer)) = asks.next().await
+        {
+            tally.add(i, answer, tried);
         }
-        if refused.is_none()
-            && let Some(until) = self.valid_until(request.kind, request.lease, &mut untils)
-            && self.fence_raised(request, &granted).await
+        if tally.refused.is_none()
+            && let Some(until) = self.valid_until(request.kind, request.lease, &mut tally.untils)
+            && self.fence_raised(request, &tally.granted).await
             && until > Instant::now()
         {
             rollback.disarm();
             return Ok(Attempt::Acquired {
-                fence: self.fence(&granted),
+                fence: self.fence(&tally.granted),
                 until,
             });
         }
+        // Every answer, so that every grant is given back.
+        while let Some((i, answer)) = asks.next().await {
+            tally.add(i, answer, tried);
+        }
+        let Tally {
+            granted,
+            holder_ttl,
+            answered,
+            refused,
+            ..
+        } = tally;
+        drop(asks);
         self.roll_back(request, &granted, rollback, tried).await;
         if let Some(e) = refused {
             return Err(e);
         }
-        let needed = self.quorum(request.kind);
         let can_answer = self.masters.len() - tried.not_asked.len();
         if answered < needed || can_answer < needed {
             return Err(self.quorum_error(&request.key, granted.len(), needed));
