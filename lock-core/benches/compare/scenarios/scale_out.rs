@@ -6,12 +6,15 @@
 //!   lock-core on a 3-master Redis Cluster; the systems take turns, as in `uncontended`.
 //! - `handoff` row `lock-core/cluster`: the handoff of [`super::handoff`], 8 `Locker`s on
 //!   the cluster, its p50 held to the round trip to the node that serves the lock.
+//! - `watchdog` row `lock-core/cluster`: the guards of [`super::watchdog`], on the
+//!   cluster, whose renewals go one command per lease to the lease's node.
 
 use lock_core::Locker;
 use lock_tests::{RedisCluster, RedisServer};
 
 use super::handoff::{TASKS, relay, relay_row};
 use super::uncontended::cycles;
+use super::watchdog::Guards;
 use super::{ROUNDS, Run};
 use crate::measure::{Sample, round_trip};
 use crate::report::Row;
@@ -42,7 +45,10 @@ pub(crate) async fn run(run: &mut Run<'_>) {
     let ours = Locker::cluster(cluster.urls())
         .await
         .expect("connect lock-core cluster");
-    let systems = [("lock-core/cluster".to_owned(), System::LockCore(ours))];
+    let systems = [(
+        "lock-core/cluster".to_owned(),
+        System::LockCore(ours.clone()),
+    )];
     uncontended(run, &systems, &format!("s{workers}:c")).await;
 
     let mut lockers = Vec::with_capacity(TASKS);
@@ -64,6 +70,14 @@ pub(crate) async fn run(run: &mut Run<'_>) {
         &relay,
         note,
     );
+    run.report.push(row);
+
+    let (n, hold) = (run.scale.watchdog_guards, run.scale.watchdog_hold);
+    let guards = Guards::take(&ours, n, &format!("w{workers}:c")).await;
+    let held = guards.hold(hold).await;
+    guards.release().await;
+    let mut row = Row::new("watchdog", "lock-core/cluster", workers);
+    held.describe(&mut row, n, hold, "renewals sent one command per lease");
     run.report.push(row);
 }
 
