@@ -7,7 +7,7 @@
 //! - `handoff` row `lock-core/cluster`: the handoff of [`super::handoff`], 8 `Locker`s on
 //!   the cluster, its p50 held to the round trip to the node that serves the lock.
 //! - `watchdog` row `lock-core/cluster`: the guards of [`super::watchdog`], on the
-//!   cluster, whose renewals go one command per lease to the lease's node.
+//!   cluster, whose renewals go one pipeline per node.
 
 use lock_core::Locker;
 use lock_tests::{RedisCluster, RedisServer};
@@ -77,7 +77,7 @@ pub(crate) async fn run(run: &mut Run<'_>) {
     let held = guards.hold(hold).await;
     guards.release().await;
     let mut row = Row::new("watchdog", "lock-core/cluster", workers);
-    held.describe(&mut row, n, hold, "renewals sent one command per lease");
+    held.describe(&mut row, n, hold, "renewals sent one pipeline per node");
     run.report.push(row);
 }
 

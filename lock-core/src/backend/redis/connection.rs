@@ -15,22 +15,23 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use super::sentinel::Sentinels;
+use super::slots::Slots;
 use crate::LockError;
 
 /// A connection in hand, for one call: to one server, or to a Redis Cluster (which sends
-/// each command to the node of its first key, and follows `MOVED` and `ASK`). Cloning it
-/// is cheap: it is shared.
+/// each command to the node of its first key, and follows `MOVED` and `ASK`), with the
+/// cluster's slot map as far as it is known. Cloning it is cheap: it is shared.
 #[derive(Clone)]
 pub(super) enum Conn {
     Node(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    Cluster(ClusterConnection, Arc<Slots>),
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Node(conn) => conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn, _) => conn.req_packed_command(cmd),
         }
     }
 
@@ -42,14 +43,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Node(conn) => conn.req_packed_commands(cmd, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn, _) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Node(conn) => conn.get_db(),
-            Self::Cluster(conn) => conn.get_db(),
+            Self::Cluster(conn, _) => conn.get_db(),
         }
     }
 }
@@ -165,7 +166,9 @@ impl Connection {
                 }
                 Source::Pool(pool) => Conn::Node(pool.dedicated_connection().await?),
                 Source::Sentinel(sentinels) => return sentinels.master_connection().await,
-                Source::Cluster(cluster) => Conn::Cluster(cluster.get_async_connection().await?),
+                Source::Cluster(cluster) => {
+                    Conn::Cluster(cluster.get_async_connection().await?, Arc::default())
+                }
             };
             Ok(InHand { conn, epoch: 0 })
         };

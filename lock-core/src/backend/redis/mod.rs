@@ -8,6 +8,8 @@
 //!   share a lock, have in common;
 //! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
+//! - [`slots`]: which node of a Redis Cluster serves a key, for renewals one pipeline per
+//!   node;
 //! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
 //!   [`subscriber`]: to one server, or sharded over a Redis Cluster;
 //! - [`redlock`]: one lock over N independent masters, each a store of this kind.
@@ -44,6 +46,7 @@ mod scripts;
 mod semaphore;
 mod sentinel;
 mod shared;
+mod slots;
 mod subscriber;
 
 pub(crate) use connection::redact;
@@ -400,7 +403,7 @@ impl RedisStore {
         self.connection
             .run("raise a fence counter", |mut conn| {
                 let call = &call;
-                async move { call.invoke_async::<i64>(&mut conn).await }
+                async move { call.invoke_async::<i64, _>(&mut conn).await }
             })
             .await?;
         Ok(())

@@ -7,12 +7,18 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ToRedisArgs, Value};
 
 use futures_util::future::join_all;
 
 use super::connection::Conn;
 use super::sentinel::in_epoch;
+use super::slots::{Node, Slots};
 use crate::backend::store::Acquire;
 use crate::semaphore::miscounted;
 use crate::wait::Attempt;
@@ -91,6 +97,15 @@ pub(super) struct ScriptCall<'a> {
 }
 
 impl ScriptCall<'_> {
+    /// The call's first key (its lock's key in Redis).
+    fn first_key(&self) -> Option<&[u8]> {
+        // EVALSHA, the script's hash, the number of keys, then the keys.
+        match self.cmd.args_iter().nth(3)? {
+            redis::Arg::Simple(key) => Some(key),
+            _ => None,
+        }
+    }
+
     /// Adds a key; every key comes before the first argument.
     pub(super) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
         self.cmd.arg(key);
@@ -105,7 +120,10 @@ impl ScriptCall<'_> {
 
     /// Sends the call on `conn`; if the server lost the script, loads it and sends the
     /// call again.
-    pub(super) async fn invoke_async<T: FromRedisValue>(&self, conn: &mut Conn) -> RedisResult<T> {
+    pub(super) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> RedisResult<T> {
         match self.cmd.query_async(conn).await {
             Err(e) if is_noscript(&e) => {
                 self.script.load_async(conn).await?;
@@ -228,19 +246,14 @@ impl Scripts {
 }
 
 /// Runs a pipeline of calls of `script`, loading the script first if the server lost it.
-/// On a Redis Cluster, where a pipeline must keep to one slot and each call is a lock of
-/// its own, the calls are sent each on its own, all at once.
+/// On a Redis Cluster, one pipeline per node ([`per_node`]).
 pub(super) async fn pipelined<T: FromRedisValue>(
     conn: &mut Conn,
     script: &LockScript,
     calls: Vec<ScriptCall<'_>>,
 ) -> RedisResult<Vec<T>> {
-    if let Conn::Cluster(_) = conn {
-        let sent = calls.iter().map(|call| {
-            let mut conn = conn.clone();
-            async move { call.invoke_async(&mut conn).await }
-        });
-        return join_all(sent).await.into_iter().collect();
+    if let Conn::Cluster(cluster, slots) = conn {
+        return per_node(cluster, slots, calls).await;
     }
     let mut pipe = Pipeline::with_capacity(calls.len());
     for call in calls {
@@ -253,6 +266,68 @@ pub(super) async fn pipelined<T: FromRedisValue>(
         }
         reply => reply,
     }
+}
+
+/// Runs `calls` on a Redis Cluster, one pipeline per node as the slot map says. A call
+/// whose node the map does not know, or that its node did not run (a slot that moved, a
+/// node that failed, a lost script), is sent again on its own, which follows `MOVED` and
+/// `ASK` and loads the script; the map is then read again before the next pipelines.
+async fn per_node<T: FromRedisValue>(
+    conn: &mut ClusterConnection,
+    slots: &Slots,
+    calls: Vec<ScriptCall<'_>>,
+) -> RedisResult<Vec<T>> {
+    let mut by_node: HashMap<&Node, Vec<usize>> = HashMap::new();
+    let map = slots.get(conn).await;
+    if let Ok(map) = &map {
+        for (i, call) in calls.iter().enumerate() {
+            if let Some(node) = call.first_key().and_then(|key| map.node_of(key)) {
+                by_node.entry(node).or_default().push(i);
+            }
+        }
+    }
+    let pipelines = by_node.into_iter().map(|(node, calls_of_node)| {
+        let mut pipe = Pipeline::with_capacity(calls_of_node.len());
+        for &i in &calls_of_node {
+            pipe.add_command(calls[i].cmd.clone());
+        }
+        let route = SingleNodeRoutingInfo::ByAddress {
+            host: node.host.clone(),
+            port: node.port,
+        };
+        let mut conn = conn.clone();
+        async move {
+            let count = calls_of_node.len();
+            let replies = conn.route_pipeline(pipe, 0, count, route).await;
+            (calls_of_node, replies)
+        }
+    });
+    let mut replies: Vec<Option<Value>> = vec![None; calls.len()];
+    for (calls_of_node, answered) in join_all(pipelines).await {
+        for (i, reply) in calls_of_node
+            .into_iter()
+            .zip(answered.into_iter().flatten())
+        {
+            if !matches!(reply, Value::ServerError(_)) {
+                replies[i] = Some(reply);
+            }
+        }
+    }
+    let alone: Vec<usize> = (0..calls.len()).filter(|&i| replies[i].is_none()).collect();
+    if !alone.is_empty() && map.is_ok() {
+        slots.forget();
+    }
+    let sent_alone = alone.into_iter().map(|i| {
+        let (call, mut conn) = (&calls[i], conn.clone());
+        async move { (i, call.invoke_async::<Value, _>(&mut conn).await) }
+    });
+    for (i, reply) in join_all(sent_alone).await {
+        replies[i] = Some(reply?);
+    }
+    replies
+        .into_iter()
+        .map(|reply| Ok(T::from_redis_value(reply.unwrap_or(Value::Nil))?))
+        .collect()
 }
 
 /// Where a new fence counter starts, the last argument of every script that draws tokens
