@@ -79,6 +79,53 @@ async fn takes_a_lock_with_two_masters_paused_and_releases_it_everywhere() {
     assert!(other.try_lock("k").await.unwrap().is_some());
 }
 
+/// An attempt goes on once a quorum granted the lock, but the masters that grant it later
+/// keep their grant: the guard renews it there too, so the lock survives losing masters
+/// of the quorum that first granted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_grants_are_kept_and_renewed() {
+    let masters = RedisServer::spawn_many(MASTERS);
+    let locker = redlock(&masters).await;
+    masters[3].pause();
+    masters[4].pause();
+    let guard = locker.lock("k").await.unwrap();
+    let token = holder(&masters[0], "k").expect("held on the first quorum");
+    masters[3].resume();
+    masters[4].resume();
+    for master in &masters[3..] {
+        eventually(
+            Duration::from_secs(5),
+            "the late master to grant it",
+            || std::future::ready(holder(master, "k").as_deref() == Some(&*token)),
+        )
+        .await;
+    }
+
+    // Two of the first quorum gone: the late masters make the quorum, for lease after
+    // lease.
+    masters[0].pause();
+    masters[1].pause();
+    let until = Instant::now() + LEASE * 2;
+    while Instant::now() < until {
+        assert!(
+            !guard.is_lost(),
+            "the lock was lost with two masters paused"
+        );
+        sleep(LEASE / 4).await;
+    }
+    assert!(guard.is_held().await.unwrap());
+    guard.release().await.unwrap();
+    for master in &masters[2..] {
+        assert_eq!(
+            holder(master, "k"),
+            None,
+            "released on every running master"
+        );
+    }
+    masters[0].resume();
+    masters[1].resume();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_at_once_with_quorum_when_three_masters_are_down() {
     let mut masters = RedisServer::spawn_many(MASTERS);

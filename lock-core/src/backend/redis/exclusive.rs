@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::connection::Conn;
 use super::handover::{OwnWaiters, ReleasePlan};
 use super::keys::RedisKey;
-use super::scripts::{AcquireReply, FenceSeed};
-use super::{RedisStore, Release, WAITING_LOCKER, millis};
+use super::scripts::AcquireReply;
+use super::{Asking, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
 use crate::wait::Attempt;
@@ -21,7 +21,7 @@ impl RedisStore {
         &self,
         request: &Acquire,
         waits_for: Duration,
-        seed: FenceSeed,
+        asking: Asking,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let mut call = self.scripts.acquire.key(key.as_str());
@@ -32,9 +32,15 @@ impl RedisStore {
             .arg(self.fence_ttl_ms(request.lease))
             .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER))
-            .arg(seed);
+            .arg(asking.seed);
         let (reply, sent) = self
-            .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Exclusive)
+            .send_acquire::<AcquireReply>(
+                &key,
+                &request.token,
+                &call,
+                Release::Exclusive,
+                asking.cut_short,
+            )
             .await?;
         reply.attempt(request, sent)
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::keys::RedisKey;
 use super::scripts::{FairAcquireReply, FenceSeed};
 use super::scripts::{LockScript, ScriptCall};
-use super::{PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
+use super::{CutShort, PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
 use crate::wait::{Attempt, StoreClock};
@@ -47,7 +47,13 @@ impl RedisStore {
             .arg(FenceSeed::ServerClock);
         // Cut short, it leaves the line, releasing the lock should it be its own.
         let (reply, sent) = self
-            .send_acquire::<FairAcquireReply>(&key, &request.token, &call, Release::Leave)
+            .send_acquire::<FairAcquireReply>(
+                &key,
+                &request.token,
+                &call,
+                Release::Leave,
+                CutShort::Release,
+            )
             .await?;
         Ok(match reply {
             FairAcquireReply::Taken { fence, left } => Attempt::Acquired {

@@ -57,6 +57,34 @@ pub(crate) use redlock::{Drift, RedLockStore};
 use scripts::{FenceSeed, Publish, ScriptCall, Scripts, Sent};
 pub(crate) use sentinel::Sentinels;
 
+/// How an attempt asks a server: where a new fence counter starts, and what becomes of
+/// a call cut short before its reply.
+#[derive(Debug, Clone, Copy)]
+struct Asking {
+    seed: FenceSeed,
+    cut_short: CutShort,
+}
+
+impl Asking {
+    /// An attempt on this server alone.
+    const ALONE: Asking = Asking {
+        seed: FenceSeed::ServerClock,
+        cut_short: CutShort::Release,
+    };
+}
+
+/// What becomes of an acquire call cut short before its reply, which may have taken the
+/// lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CutShort {
+    /// It is released in the background.
+    Release,
+    /// The caller keeps track of it: RedLock keeps a late grant of a lock that a quorum
+    /// granted (the guard renews and releases it on every master), and gives back those
+    /// of an attempt that fell short.
+    LeftToCaller,
+}
+
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
 /// How long a fair waiter's place in line lasts unless it asks again (it does, at least
@@ -306,20 +334,22 @@ impl RedisStore {
 
     /// Sends `call`, an acquire script's, for `token` on lock `key`: its reply, and how it
     /// was [`Sent`]. Should the call be cut short or its reply lost, the lock, or a place
-    /// in line, may have been taken: it is then released as `how` says.
+    /// in line, may have been taken: it is then released as `how` says, unless
+    /// `cut_short` leaves that to the caller.
     async fn send_acquire<T: FromRedisValue>(
         &self,
         key: &RedisKey,
         token: &str,
         call: &ScriptCall<'_>,
         how: Release,
+        cut_short: CutShort,
     ) -> Result<(T, Sent), LockError> {
         let pending = PendingAcquire {
             store: self,
             key,
             token,
             how,
-            armed: true,
+            armed: cut_short == CutShort::Release,
         };
         let sent = self
             .connection
@@ -370,21 +400,21 @@ impl RedisStore {
         Ok(renewed)
     }
 
-    /// One attempt at the lock (see [`ClientWait::attempt`]), a new fence counter starting
-    /// at `seed`.
-    async fn attempt_seeded(
+    /// One attempt at the lock (see [`ClientWait::attempt`]), asking as `asking` says.
+    async fn attempt_asking(
         &self,
         request: &Acquire,
         waits_for: Duration,
-        seed: FenceSeed,
+        asking: Asking,
     ) -> Result<Attempt, LockError> {
         match request.kind {
-            LockKind::Exclusive => self.attempt_exclusive(request, waits_for, seed).await,
+            LockKind::Exclusive => self.attempt_exclusive(request, waits_for, asking).await,
             LockKind::Fair => self.attempt_fair(request, waits_for).await,
-            LockKind::Read => self.attempt_read(request, waits_for, seed).await,
-            LockKind::Write => self.attempt_write(request, waits_for, seed).await,
+            LockKind::Read => self.attempt_read(request, waits_for, asking).await,
+            LockKind::Write => self.attempt_write(request, waits_for, asking).await,
             LockKind::Semaphore { permits } => {
-                self.attempt_permit(request, permits, waits_for, seed).await
+                self.attempt_permit(request, permits, waits_for, asking)
+                    .await
             }
         }
     }
@@ -519,8 +549,7 @@ impl ClientWait for RedisStore {
         waits_for: Duration,
         _tried: &'a mut (),
     ) -> Result<Attempt, LockError> {
-        self.attempt_seeded(request, waits_for, FenceSeed::ServerClock)
-            .await
+        self.attempt_asking(request, waits_for, Asking::ALONE).await
     }
 
     fn join(&self, request: &Acquire) -> Joined<Listening> {

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use super::keys::RedisKey;
-use super::scripts::{AcquireReply, FenceSeed, ScriptCall};
-use super::{PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
+use super::scripts::{AcquireReply, ScriptCall};
+use super::{Asking, PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
@@ -25,7 +25,7 @@ impl RedisStore {
         &self,
         request: &Acquire,
         waits_for: Duration,
-        seed: FenceSeed,
+        asking: Asking,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let mut call = self.scripts.read_acquire.key(key.as_str());
@@ -39,13 +39,14 @@ impl RedisStore {
             .arg(asked_for_ms(request))
             .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER))
-            .arg(seed);
+            .arg(asking.seed);
         let (reply, sent) = self
             .send_acquire::<AcquireReply>(
                 &key,
                 &request.token,
                 &call,
                 Release::Shared(Sharing::Read),
+                asking.cut_short,
             )
             .await?;
         reply.attempt(request, sent)
@@ -58,7 +59,7 @@ impl RedisStore {
         &self,
         request: &Acquire,
         waits_for: Duration,
-        seed: FenceSeed,
+        asking: Asking,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let place = waits_for.min(PLACE_IN_LINE);
@@ -74,10 +75,16 @@ impl RedisStore {
             .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
             .arg(self.listening_id())
             .arg(millis(WAITING_LOCKER))
-            .arg(seed);
+            .arg(asking.seed);
         // Cut short, it releases the lock should it be its own, and stops waiting.
         let (reply, sent) = self
-            .send_acquire::<AcquireReply>(&key, &request.token, &call, Release::Write)
+            .send_acquire::<AcquireReply>(
+                &key,
+                &request.token,
+                &call,
+                Release::Write,
+                asking.cut_short,
+            )
             .await?;
         reply.attempt(request, sent)
     }

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use super::hub::Listening;
 use super::keys::RedisKey;
 use super::scripts::FenceSeed;
-use super::{RedisConfig, RedisStore, Release};
+use super::{Asking, CutShort, RedisConfig, RedisStore, Release};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::kind::Sharing;
 use crate::wait::handover::Handover;
@@ -212,8 +212,9 @@ impl RedLockStore {
     }
 
     /// Gives back, on every master in `granted`, the hold an attempt that fell short took
-    /// there, each within its share of the lease. A master that does not answer in time
-    /// is not asked again during this acquisition (its release may land later).
+    /// there, each within its share of the lease, and in the background on the masters
+    /// that did not answer (their grant may land later). A master that does not answer in
+    /// time is not asked again during this acquisition (its release may land later).
     async fn roll_back(
         &self,
         request: &Acquire,
@@ -221,6 +222,7 @@ impl RedLockStore {
         rollback: Rollback<'_>,
         tried: &mut Tried,
     ) {
+        rollback.release_all_but(granted);
         let patience = request.lease / PER_MASTER;
         let releases = granted.iter().map(|&(i, fence)| async move {
             let hold = Hold {
@@ -285,13 +287,13 @@ impl Tried {
     }
 }
 
-/// The masters that granted an attempt, each counted as its grant comes in, released in
-/// the background should the attempt be cut short before it hands the lock over or gives
-/// it back.
+/// The masters that may hold the caller's token during an attempt: each from when it is
+/// asked until it answers that it does not. Released in the background should the attempt
+/// be cut short before it hands the lock over or gives it back.
 struct Rollback<'a> {
     store: &'a RedLockStore,
     request: &'a Acquire,
-    granted: Mutex<Vec<usize>>,
+    may_hold: Mutex<Vec<usize>>,
 }
 
 impl<'a> Rollback<'a> {
@@ -299,28 +301,55 @@ impl<'a> Rollback<'a> {
         Self {
             store,
             request,
-            granted: Mutex::default(),
+            may_hold: Mutex::default(),
         }
     }
 
-    fn granted(&self) -> MutexGuard<'_, Vec<usize>> {
-        // Each update is one push or clear: a poisoned list is still whole.
-        self.granted.lock().unwrap_or_else(|e| e.into_inner())
+    fn may_hold(&self) -> MutexGuard<'_, Vec<usize>> {
+        // Each update is one push, removal or clear: a poisoned list is still whole.
+        self.may_hold.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The attempt handed the lock over, or gave it back: nothing to release.
+    /// Master `i` is asked.
+    fn asked(&self, i: usize) {
+        self.may_hold().push(i);
+    }
+
+    /// Master `i` answered that it does not hold the caller's token.
+    fn forget(&self, i: usize) {
+        self.may_hold().retain(|&m| m != i);
+    }
+
+    /// Releases in the background every master that may hold the caller's token but
+    /// those of `granted`, which the caller gives back itself.
+    fn release_all_but(&self, granted: &[(usize, u64)]) {
+        self.may_hold().retain(|&i| {
+            let kept = granted.iter().any(|&(g, _)| g == i);
+            if !kept {
+                self.release_detached(i);
+            }
+            kept
+        });
+    }
+
+    /// The attempt handed the lock over, or gave it back: nothing to release. A grant of
+    /// a lock handed over that is still to land is the guard's to renew and release.
     fn disarm(&self) {
-        self.granted().clear();
+        self.may_hold().clear();
+    }
+
+    fn release_detached(&self, i: usize) {
+        let master = &self.store.masters[i];
+        let key = master.key(&self.request.key);
+        let how = release_of(self.request.kind);
+        master.release_detached(&key, &self.request.token, how);
     }
 }
 
 impl Drop for Rollback<'_> {
     fn drop(&mut self) {
-        let key = self.store.masters.first().map(|m| m.key(&self.request.key));
-        let Some(key) = key else { return };
-        for &i in self.granted().iter() {
-            let how = release_of(self.request.kind);
-            self.store.masters[i].release_detached(&key, &self.request.token, how);
+        for &i in self.may_hold().iter() {
+            self.release_detached(i);
         }
     }
 }
@@ -506,7 +535,10 @@ impl ClientWait for RedLockStore {
         tried: &'a mut Tried,
     ) -> Result<Attempt, LockError> {
         let patience = request.lease / PER_MASTER;
-        let seed = FenceSeed::Given(clock_us());
+        let asking = Asking {
+            seed: FenceSeed::Given(clock_us()),
+            cut_short: CutShort::LeftToCaller,
+        };
         let rollback = Rollback::new(self, request);
         let asks = self.masters.iter().enumerate().map(|(i, master)| {
             let asked = tried.asks(i);
@@ -515,21 +547,25 @@ impl ClientWait for RedLockStore {
                 if !asked {
                     return (i, Answer::None);
                 }
-                let attempt = master.attempt_seeded(request, waits_for, seed);
+                rollback.asked(i);
+                let attempt = master.attempt_asking(request, waits_for, asking);
                 let answer = tokio::time::timeout(patience, attempt).await;
                 let answer = match answer {
-                    Ok(Ok(Attempt::Acquired { fence, until })) => {
-                        rollback.granted().push(i);
-                        Answer::Granted { fence, until }
+                    Ok(Ok(Attempt::Acquired { fence, until })) => Answer::Granted { fence, until },
+                    Ok(Ok(Attempt::Held { ttl, .. })) => {
+                        rollback.forget(i);
+                        Answer::Held(ttl)
                     }
-                    Ok(Ok(Attempt::Held { ttl, .. })) => Answer::Held(ttl),
                     Ok(Err(e)) if e.is_backend() => {
                         tracing::debug!(key = %request.key, error = %e, "a redlock master failed");
                         Answer::None
                     }
                     // Refused for what was asked (a semaphore of another count): every
                     // master refuses it alike.
-                    Ok(Err(e)) => Answer::Refused(e),
+                    Ok(Err(e)) => {
+                        rollback.forget(i);
+                        Answer::Refused(e)
+                    }
                     Err(_) => Answer::None,
                 };
                 (i, answer)

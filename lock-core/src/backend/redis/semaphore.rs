@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use super::scripts::{AcquireReply, FenceSeed};
-use super::{RedisStore, Release, WAITING_LOCKER, millis};
+use super::scripts::AcquireReply;
+use super::{Asking, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
 use crate::wait::Attempt;
@@ -21,7 +21,7 @@ impl RedisStore {
         request: &Acquire,
         permits: u32,
         waits_for: Duration,
-        seed: FenceSeed,
+        asking: Asking,
     ) -> Result<Attempt, LockError> {
         let key = self.key(&request.key);
         let mut call = self.scripts.permit_acquire.key(key.as_str());
@@ -35,10 +35,10 @@ impl RedisStore {
             .arg(permits)
             .arg(self.waiting_as(waits_for))
             .arg(millis(WAITING_LOCKER))
-            .arg(seed);
+            .arg(asking.seed);
         let release = Release::Shared(Sharing::Permit);
         let (reply, sent) = self
-            .send_acquire::<AcquireReply>(&key, &request.token, &call, release)
+            .send_acquire::<AcquireReply>(&key, &request.token, &call, release, asking.cut_short)
             .await?;
         reply.attempt(request, sent)
     }
