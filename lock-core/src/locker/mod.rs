@@ -133,7 +133,8 @@ impl Locker {
     /// A lock is taken when a majority of the masters grant it (for a semaphore of `p`
     /// permits, `⌊p·n/(p+1)⌋ + 1` of `n`, so that no more than `p` hold it), each asked at
     /// once and given a twentieth of the lease to answer (the call goes on as soon as a
-    /// quorum granted it, without waiting for the others); it is valid until the
+    /// quorum granted it, without waiting for the others; a master that grants it later
+    /// keeps it, renewed and released with the rest); it is valid until the
     /// majority's leases run out, less an allowance for clock drift (1% of the lease plus
     /// 2 ms). A call that cannot reach the quorum fails with [`LockError::Quorum`].
     /// Renewals and [`LockGuard::extend`] need the quorum too; a lease that loses it is
