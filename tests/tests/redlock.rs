@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockError, LockOptions, Locker};
+use lock_core::{LockError, LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, eventually};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -38,6 +38,18 @@ fn hold_elsewhere(master: &RedisServer, key: &str) {
         .unwrap();
 }
 
+/// Releases `guard`, and checks that lock `k` is free on every master of `running`.
+async fn released_on(guard: LockGuard, running: &[RedisServer]) {
+    guard.release().await.unwrap();
+    for master in running {
+        assert_eq!(
+            holder(master, "k"),
+            None,
+            "released on every running master"
+        );
+    }
+}
+
 async fn until_free_on(master: &RedisServer, key: &str) {
     eventually(Duration::from_secs(5), "the master let the lock go", || {
         std::future::ready(holder(master, key).is_none())
@@ -60,14 +72,7 @@ async fn takes_a_lock_with_two_masters_paused_and_releases_it_everywhere() {
     }
     assert!(other.try_lock("k").await.unwrap().is_none(), "two holders");
     assert!(guard.is_held().await.unwrap());
-    guard.release().await.unwrap();
-    for master in &masters[2..] {
-        assert_eq!(
-            holder(master, "k"),
-            None,
-            "released on every running master"
-        );
-    }
+    released_on(guard, &masters[2..]).await;
 
     // The paused masters run the attempt they were sent once they resume, and then the
     // release that followed it.
@@ -114,14 +119,7 @@ async fn late_grants_are_kept_and_renewed() {
         sleep(LEASE / 4).await;
     }
     assert!(guard.is_held().await.unwrap());
-    guard.release().await.unwrap();
-    for master in &masters[2..] {
-        assert_eq!(
-            holder(master, "k"),
-            None,
-            "released on every running master"
-        );
-    }
+    released_on(guard, &masters[2..]).await;
     masters[0].resume();
     masters[1].resume();
 }

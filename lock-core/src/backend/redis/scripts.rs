@@ -5,9 +5,8 @@
 //! [`ScriptCall::invoke_async`] for one call, by [`pipelined`] for a pipeline of calls (the
 //! renewals). Each script has one reply shape, read with `FromRedisValue`.
 
-use std::time::Duration;
-
 use std::collections::HashMap;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
