@@ -428,6 +428,7 @@ where
 mod tests {
     use super::*;
     use http::Request;
+    use proptest::prelude::*;
 
     fn parts(uri: &str, headers: &[(&str, &str)], params: &[(&str, &str)]) -> Parts {
         let mut builder = Request::builder().uri(uri);
@@ -543,6 +544,50 @@ mod tests {
                 }
                 other => panic!("{template}: {other:?}"),
             }
+        }
+    }
+
+    /// What a template with one placeholder made of `value`: the value as it is, after the
+    /// template's literal, or a rejection that says why.
+    fn taken_whole_or_refused(
+        template: &str,
+        parts: &Parts,
+        value: &str,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let forging = value.contains(['{', '}']) || value.chars().any(char::is_control);
+        match key(template, parts) {
+            Ok(Some(key)) => {
+                prop_assert!(!value.is_empty() && !forging, "{value:?} was taken");
+                prop_assert_eq!(key, format!("t:{value}"));
+            }
+            Err(LockRejection::MissingKeyMaterial { .. }) => prop_assert!(value.is_empty()),
+            Err(LockRejection::InvalidKeyMaterial { .. }) => prop_assert!(forging),
+            other => prop_assert!(false, "{template} with {value:?}: {other:?}"),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Any text is a template or is refused, never a panic; a template keeps its text.
+        #[test]
+        fn any_text_is_parsed_or_refused(text in "[{}.:a-z*/ -]{0,16}|.{0,24}") {
+            if let Ok(template) = KeyTemplate::parse(&text) {
+                prop_assert_eq!(template.as_str(), text.as_str());
+            }
+        }
+
+        /// A value from the request, whichever part it comes from and however it was
+        /// encoded, goes into the key whole, or the request is refused: it can never add
+        /// a brace or a control character to the key.
+        #[test]
+        fn request_values_are_taken_whole_or_refused(value in ".{0,16}", header in "[ -~]{0,16}") {
+            let p = parts("/", &[], &[("id", &value)]);
+            taken_whole_or_refused("t:{id}", &p, &value)?;
+            let encoded: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            let p = parts(&format!("/?q={encoded}"), &[], &[]);
+            taken_whole_or_refused("t:{query.q}", &p, &value)?;
+            let p = parts("/", &[("x-h", &header)], &[]);
+            taken_whole_or_refused("t:{header.x-h}", &p, &header)?;
         }
     }
 

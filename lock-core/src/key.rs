@@ -129,6 +129,20 @@ mod tests {
         assert_eq!(err.key().unwrap().len(), 64);
     }
 
+    proptest::proptest! {
+        /// Any string is accepted or refused, never a panic; accepted means non-empty,
+        /// within the limit, free of control characters and not opening with `}`.
+        #[test]
+        fn any_string_is_checked_without_panic(key in ".{0,40}", max_len in 0usize..48) {
+            let accepted = check(&key, max_len).is_ok();
+            let valid = !key.is_empty()
+                && key.len() <= max_len
+                && !key.chars().any(char::is_control)
+                && !key.starts_with('}');
+            proptest::prop_assert_eq!(accepted, valid);
+        }
+    }
+
     #[test]
     fn limit_is_in_bytes() {
         assert!(check("éé", 3).is_err());

@@ -229,6 +229,23 @@ mod tests {
         assert_eq!(t.format_string(), "{{raw}}:{}");
     }
 
+    proptest::proptest! {
+        /// Any text is a template or is refused with a reason, never a panic; a template
+        /// formats with one `{}` per placeholder, its own braces escaped.
+        #[test]
+        fn any_text_is_parsed_or_refused(text in "[{}<>.:a-z0-9_ ]{0,16}|.{0,24}") {
+            match parse(&text) {
+                Ok(segments) => {
+                    let t = Template { segments, span: Span::call_site() };
+                    let format = t.format_string();
+                    let unescaped = format.replace("{{", "").replace("}}", "");
+                    proptest::prop_assert_eq!(unescaped.matches("{}").count(), t.paths().count());
+                }
+                Err(reason) => proptest::prop_assert!(!reason.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn no_placeholder_is_fine() {
         assert_eq!(parse("global-cron").unwrap(), [text("global-cron")]);

@@ -148,6 +148,9 @@ impl Channels {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    use super::super::slots::slot_of;
     use super::*;
 
     #[test]
@@ -163,6 +166,55 @@ mod tests {
         assert_eq!(key.writers(), "lock:{balance:42}:writers");
         assert_eq!(key.holders(), "lock:{balance:42}:holders");
         assert_eq!(key.permits(), "lock:{balance:42}:permits");
+    }
+
+    /// Every store key of each lock, with the names they are made by.
+    fn store_keys(key: &RedisKey) -> [String; 9] {
+        [
+            key.as_str().to_owned(),
+            key.fence(),
+            key.lockers(),
+            key.queue(),
+            key.places(),
+            key.readers(),
+            key.writers(),
+            key.holders(),
+            key.permits(),
+        ]
+    }
+
+    /// Lock names from the characters that could make two names' store keys meet: braces,
+    /// the separator, and the letters of the suffixes.
+    fn tricky_name() -> impl Strategy<Value = String> {
+        "[{}:a-z]{1,12}"
+    }
+
+    proptest! {
+        /// Each accepted name has store keys of its own, all in one cluster slot.
+        #[test]
+        fn every_accepted_name_maps_to_store_keys_of_its_own(
+            a in tricky_name(),
+            b in tricky_name(),
+        ) {
+            let (Ok(a), Ok(b)) = (LockKey::new(&a), LockKey::new(&b)) else {
+                return Ok(());
+            };
+            let (keys_a, keys_b) = (
+                store_keys(&RedisKey::new("lock:", &a)),
+                store_keys(&RedisKey::new("lock:", &b)),
+            );
+            for keys in [&keys_a, &keys_b] {
+                let slot = slot_of(keys[0].as_bytes());
+                for key in keys {
+                    prop_assert_eq!(slot_of(key.as_bytes()), slot, "{}", key);
+                }
+            }
+            if a != b {
+                for key in &keys_a {
+                    prop_assert!(!keys_b.contains(key), "{} and {} share {}", a, b, key);
+                }
+            }
+        }
     }
 
     #[test]

@@ -104,7 +104,7 @@ impl Slots {
 
 /// The slot of `key`: CRC16 of its hash tag (what is between its first `{` and the next
 /// `}`, if that is not empty), or of the whole key.
-fn slot_of(key: &[u8]) -> u16 {
+pub(super) fn slot_of(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % SLOTS
 }
 
