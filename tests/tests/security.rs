@@ -1,7 +1,11 @@
 //! Credentials: a password in a Redis url never shows in an error or in `Debug`, and a
 //! server that asks for one (`requirepass`, an ACL user) is reached with it, both by the
-//! commands' connection and by the pub/sub connection that wakes waiters.
+//! commands' connection and by the pub/sub connection that wakes waiters; a server that
+//! speaks TLS is reached over `rediss://`, trusting the authority that signed it.
 
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use lock_core::{LockError, LockOptions, Locker};
@@ -151,4 +155,97 @@ async fn an_acl_user_is_reached_with_its_name_and_password() {
     let url = url_with(&server, "app", "app-pw");
     let (locker, other) = (connect(&url).await, connect(&url).await);
     locks_and_wake_ups_work(&locker, &other).await;
+}
+
+/// Makes, in `dir`, a certificate authority (`ca.crt`) and a certificate for 127.0.0.1 that
+/// it signed (`server.crt`, `server.key`), with openssl.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &str| {
+        let out = Command::new("openssl")
+            .args(args.split_whitespace())
+            .current_dir(dir)
+            .output()
+            .expect("run openssl (apt-get install openssl)");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "openssl {args}: {err}");
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=lock-tests-authority -keyout ca.key -out ca.crt",
+    );
+    openssl("req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr");
+    openssl(
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext -out server.crt",
+    );
+}
+
+/// A server that also speaks TLS on `tls_port`, with the certificate in `dir`.
+fn tls_server(dir: &Path, tls_port: u16) -> RedisServer {
+    let file = |name: &str| dir.join(name).display().to_string();
+    RedisServer::spawn_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &file("server.crt"),
+        "--tls-key-file",
+        &file("server.key"),
+        "--tls-ca-cert-file",
+        &file("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ])
+}
+
+/// A port no one listens on now.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_server_is_reached_over_rediss_trusting_its_authority() {
+    let certificates = std::env::temp_dir().join(format!(
+        "lock-tests-tls-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&certificates).unwrap();
+    make_certificates(&certificates);
+    let tls_port = free_port();
+    let server = tls_server(&certificates, tls_port);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let authority = std::fs::read(certificates.join("ca.crt")).unwrap();
+    let connect = || {
+        Locker::builder()
+            .url(&url)
+            .tls_root_certificate(authority.clone())
+            .safety_poll(SAFETY_POLL)
+            .build()
+    };
+    let (locker, other) = (connect().await.unwrap(), connect().await.unwrap());
+    locks_and_wake_ups_work(&locker, &other).await;
+    // The Lockers' connections are on the TLS port (each one's commands, and the waiter's
+    // pub/sub); on the plain one only the harness's own, which asks.
+    let clients = server.cmd(&["CLIENT", "LIST"]).unwrap();
+    let clients = String::from_utf8_lossy(clients.as_bytes().unwrap_or_default()).into_owned();
+    let on = |port: u16| {
+        let laddr = format!(" laddr=127.0.0.1:{port} ");
+        clients.lines().filter(|l| l.contains(&laddr)).count()
+    };
+    assert!(on(tls_port) >= 3, "{clients}");
+    assert_eq!(on(server.port()), 1, "{clients}");
+
+    // Without the authority, the server's certificate is not trusted.
+    let untrusted = Locker::builder()
+        .url(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await;
+    let err = untrusted.unwrap_err();
+    assert!(err.is_backend(), "{err}");
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    let cause = cause.unwrap_or_default().to_lowercase();
+    assert!(cause.contains("certificate"), "{err}: {cause}");
+    drop(server);
+    std::fs::remove_dir_all(&certificates).unwrap();
 }

@@ -71,6 +71,7 @@ pub struct LockerBuilder {
     connect_timeout: Option<Duration>,
     local_handovers: Option<u32>,
     safety_poll: Option<Duration>,
+    trust: Trust,
 }
 
 impl fmt::Debug for LockerBuilder {
@@ -245,6 +246,30 @@ impl LockerBuilder {
         self
     }
 
+    /// Trusts the certificate authority `pem` (a PEM certificate) for `rediss://` urls,
+    /// instead of the system's authorities: for servers whose certificate a private
+    /// authority signed. Applies to [`url`](Self::url) and [`redlock`](Self::redlock).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_core::Locker;
+    ///
+    /// let locker = Locker::builder()
+    ///     .url("rediss://redis.internal:6380/")
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/ca.crt")?)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.trust.root = Some(pem.into());
+        self
+    }
+
     /// How long a waiter that Redis wakes over pub/sub waits for a wake-up before it tries
     /// again anyway, as a safety net for a wake-up that was lost (default 1 s, jittered
     /// down by up to a quarter; from 10 ms to 4 s). A waiter is never later than its
@@ -256,6 +281,7 @@ impl LockerBuilder {
 
     /// Checks the settings and, for Redis, connects.
     pub async fn build(self) -> Result<Locker, LockError> {
+        let trust = self.trust.clone();
         let defaults = Defaults {
             lease: self.default_lease.unwrap_or(DEFAULT_LEASE),
             wait: self.default_wait.unwrap_or(DEFAULT_WAIT),
@@ -325,6 +351,7 @@ impl LockerBuilder {
                         0,
                         safety_poll,
                     )
+                    .and_then(|config| trust.apply(config))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let store = RedLockStore::connect(configs, drift).await?;
@@ -399,8 +426,8 @@ impl LockerBuilder {
                         .into(),
                 ));
             }
-            (None, false, true) => Arc::new(
-                RedisStore::connect(redis_config(
+            (None, false, true) => {
+                let config = redis_config(
                     self.url,
                     self.pool,
                     self.namespace,
@@ -408,11 +435,44 @@ impl LockerBuilder {
                     connect_timeout,
                     local_handovers,
                     safety_poll,
-                )?)
-                .await?,
-            ),
+                )?;
+                Arc::new(RedisStore::connect(trust.apply(config)?).await?)
+            }
         };
         Ok(Locker::on(store, defaults, max_key_len))
+    }
+}
+
+/// The certificate authority that `rediss://` urls are checked against: one given to
+/// [`LockerBuilder::tls_root_certificate`], or else the system's.
+#[derive(Debug, Clone, Default)]
+struct Trust {
+    #[cfg(feature = "tls")]
+    root: Option<Vec<u8>>,
+}
+
+impl Trust {
+    /// `config`, its server's client trusting this authority.
+    #[cfg(feature = "tls")]
+    fn apply(&self, mut config: RedisConfig) -> Result<RedisConfig, LockError> {
+        let (Some(root), Some(client)) = (&self.root, &config.client) else {
+            return Ok(config);
+        };
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root.clone()),
+        };
+        let info = client.get_connection_info().clone();
+        let client = redis::Client::build_with_tls(info, certificates)
+            .map_err(|e| LockError::Config(format!("tls root certificate: {e}")))?;
+        config.client = Some(client);
+        Ok(config)
+    }
+
+    /// `config` as it is: without the `tls` feature, no authority is given.
+    #[cfg(not(feature = "tls"))]
+    fn apply(&self, config: RedisConfig) -> Result<RedisConfig, LockError> {
+        Ok(config)
     }
 }
 
