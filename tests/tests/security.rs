@@ -249,3 +249,26 @@ async fn a_tls_server_is_reached_over_rediss_trusting_its_authority() {
     drop(server);
     std::fs::remove_dir_all(&certificates).unwrap();
 }
+
+/// An owner's token, as the lock key holds it, is a random (version 4) UUID: 122 random
+/// bits, one per acquisition. Nothing releases a lock but the guard that holds it.
+#[tokio::test]
+async fn tokens_carry_122_random_bits() {
+    let server = RedisServer::spawn();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let guard = locker.lock("k").await.unwrap();
+        let token = server.cmd(&["GET", "lock:{k}"]).unwrap();
+        let token = token.as_str().expect("the owner's token").to_owned();
+        let hex: String = token.chars().filter(|&c| c != '-').collect();
+        assert_eq!(hex.len(), 32, "{token}");
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{token}");
+        // Version 4 (random), variant RFC 4122: 6 fixed bits, 122 random.
+        assert_eq!(&hex[12..13], "4", "{token}");
+        assert!(matches!(&hex[16..17], "8" | "9" | "a" | "b"), "{token}");
+        assert!(!seen.contains(&token), "a token came back: {token}");
+        seen.push(token);
+        guard.release().await.unwrap();
+    }
+}
