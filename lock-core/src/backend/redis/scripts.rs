@@ -269,8 +269,9 @@ pub(super) async fn pipelined<T: FromRedisValue>(
 
 /// Runs `calls` on a Redis Cluster, one pipeline per node as the slot map says. A call
 /// whose node the map does not know, or that its node did not run (a slot that moved, a
-/// node that failed, a lost script), is sent again on its own, which follows `MOVED` and
-/// `ASK` and loads the script; the map is then read again before the next pipelines.
+/// node that failed, a lost script), is sent on its own, which follows `MOVED` and `ASK`
+/// and loads the script; after a pipeline that failed, the map is read again before the
+/// next pipelines.
 async fn per_node<T: FromRedisValue>(
     conn: &mut ClusterConnection,
     slots: &Slots,
@@ -302,21 +303,24 @@ async fn per_node<T: FromRedisValue>(
         }
     });
     let mut replies: Vec<Option<Value>> = vec![None; calls.len()];
+    let mut stale = false;
     for (calls_of_node, answered) in join_all(pipelines).await {
-        for (i, reply) in calls_of_node
-            .into_iter()
-            .zip(answered.into_iter().flatten())
-        {
-            if !matches!(reply, Value::ServerError(_)) {
-                replies[i] = Some(reply);
+        let Ok(answered) = answered else {
+            stale = true;
+            continue;
+        };
+        for (i, reply) in calls_of_node.into_iter().zip(answered) {
+            match reply {
+                Value::ServerError(_) => stale = true,
+                reply => replies[i] = Some(reply),
             }
         }
     }
-    let alone: Vec<usize> = (0..calls.len()).filter(|&i| replies[i].is_none()).collect();
-    if !alone.is_empty() && map.is_ok() {
+    if stale {
         slots.forget();
     }
-    let sent_alone = alone.into_iter().map(|i| {
+    let alone = (0..calls.len()).filter(|&i| replies[i].is_none());
+    let sent_alone = alone.map(|i| {
         let (call, mut conn) = (&calls[i], conn.clone());
         async move { (i, call.invoke_async::<Value, _>(&mut conn).await) }
     });

@@ -55,6 +55,11 @@ impl SlotMap {
             else {
                 return None;
             };
+            // A node that does not know its own address answers "" or "?": its slots are
+            // left out, and their calls are sent on their own.
+            if host.is_empty() || host.as_slice() == b"?" {
+                continue;
+            }
             let node = Node {
                 host: String::from_utf8(host.clone()).ok()?,
                 port: u16::try_from(*port).ok()?,
@@ -165,6 +170,13 @@ mod tests {
         assert_eq!(port(b"{a}"), Some(7002)); // slot 15495
         assert_eq!(port(b"{b}"), Some(7000)); // slot 3300
         let partial = SlotMap::from_reply(Value::Array(vec![range(0, 5460, 7000)])).unwrap();
+        assert_eq!(partial.node_of(b"foo"), None);
+        let unknown = Value::Array(vec![
+            Value::Int(10923),
+            Value::Int(16383),
+            Value::Array(vec![Value::BulkString(b"?".to_vec()), Value::Int(7002)]),
+        ]);
+        let partial = SlotMap::from_reply(Value::Array(vec![unknown])).unwrap();
         assert_eq!(partial.node_of(b"foo"), None);
         assert!(SlotMap::from_reply(Value::Nil).is_none());
     }
