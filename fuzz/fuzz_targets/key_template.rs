@@ -1,0 +1,39 @@
+//! Any text as the layer's key template, and any query string and header value as a
+//! request to build a key from: never a panic, and a key built holds no brace or control
+//! character that came from the request.
+#![no_main]
+
+use http::Request;
+use libfuzzer_sys::fuzz_target;
+use lock_axum::{KeyExtractor, KeyTemplate, LockRejection};
+
+fuzz_target!(|input: (&str, &str, &[u8])| {
+    let (template, query, header) = input;
+    let Ok(template) = KeyTemplate::parse(template) else {
+        return;
+    };
+    assert_eq!(template.as_str(), input.0);
+    let Ok(request) = Request::builder()
+        .uri(format!("/?{query}"))
+        .header("x-h", header)
+        .body(())
+    else {
+        return;
+    };
+    let (parts, ()) = request.into_parts();
+    match template.extract(&parts) {
+        Ok(Some(key)) => {
+            // The template's own braces are written `{{` and `}}`: any other brace, or a
+            // control character, would have come from the request.
+            let literal_braces = input.0.matches("{{").count() + input.0.matches("}}").count();
+            let braces = key.matches(['{', '}']).count();
+            assert!(braces <= literal_braces, "{key:?} from {:?}", input.0);
+            assert!(!key.chars().any(char::is_control), "{key:?}");
+        }
+        Ok(None) => unreachable!("a template always makes a key or refuses"),
+        Err(
+            LockRejection::MissingKeyMaterial { .. } | LockRejection::InvalidKeyMaterial { .. },
+        ) => {}
+        Err(other) => panic!("{other:?}"),
+    }
+});
