@@ -1,7 +1,7 @@
 //! The layer and its settings.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -30,6 +30,8 @@ pub(crate) struct Config {
     pub(crate) hold_until_body_end: bool,
     pub(crate) mode: Mode,
     pub(crate) error_handler: Option<ErrorHandler>,
+    /// The template, which labels the lock in metrics and traces; none for an extractor.
+    pub(crate) label: Option<&'static str>,
 }
 
 /// How a layer's requests lock their key.
@@ -79,6 +81,7 @@ impl fmt::Debug for Config {
             .field("hold_until_body_end", &self.hold_until_body_end)
             .field("mode", &self.mode)
             .field("error_handler", &self.error_handler.as_ref().map(|_| ".."))
+            .field("label", &self.label)
             .finish()
     }
 }
@@ -120,7 +123,9 @@ impl LockLayer {
 
     /// [`new`](Self::new) that returns the template error instead of panicking.
     pub fn try_new(locker: Locker, template: &str) -> Result<Self, TemplateError> {
-        Ok(Self::with_extractor(locker, KeyTemplate::parse(template)?))
+        let mut layer = Self::with_extractor(locker, KeyTemplate::parse(template)?);
+        layer.config().label = Some(interned(template));
+        Ok(layer)
     }
 
     /// A layer that locks the key built from `template` as a read-write lock: requests
@@ -202,6 +207,7 @@ impl LockLayer {
                 hold_until_body_end: false,
                 mode: Mode::Exclusive,
                 error_handler: None,
+                label: None,
             }),
         }
     }
@@ -319,4 +325,17 @@ impl<S> Layer<S> for LockLayer {
 /// Whether `method` is safe: it only reads, so its requests share a read-write lock.
 fn is_safe(method: &Method) -> bool {
     [Method::GET, Method::HEAD, Method::OPTIONS].contains(method)
+}
+
+/// `template`, kept for the life of the process to label locks with: each distinct
+/// template once, however many layers are built from it.
+fn interned(template: &str) -> &'static str {
+    static TEMPLATES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut templates = TEMPLATES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(kept) = templates.iter().find(|kept| **kept == template) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(template.into());
+    templates.push(kept);
+    kept
 }

@@ -184,6 +184,9 @@ async fn acquire(config: &Config, parts: &mut Parts) -> Result<Option<LockGuard>
     if let Some(lease) = config.lease {
         options = options.lease(lease);
     }
+    if let Some(label) = config.label {
+        options = options.label(label);
+    }
     match config.locker.lock_with(&key, options).await {
         Ok(guard) => Ok(Some(guard)),
         Err(err) => Err(LockRejection::from_lock_error(err, config.contended)),

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::store::{Acquire, Hold};
-use crate::{LockKey, LockKind};
+use crate::{LockKey, LockKind, telemetry};
 
 /// Who holds a lock, for reentrancy: the tokio task that acquired it, or, outside any
 /// task, the thread running `block_on`.
@@ -37,6 +37,10 @@ pub(crate) struct Lease {
     pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
     pub(crate) kind: LockKind,
+    /// What the lock is, for metrics and traces ([`crate::LockOptions::label`]).
+    pub(crate) label: Option<&'static str>,
+    /// When it was taken.
+    pub(crate) taken_at: Instant,
     pub(crate) context: Context,
     /// Renewed while it lasts (lease stores); otherwise only marked lost at its deadline.
     pub(crate) watchdog: bool,
@@ -65,12 +69,15 @@ impl Lease {
         watchdog: bool,
         until: Option<Instant>,
         epoch: Instant,
+        label: Option<&'static str>,
     ) -> Self {
         let this = Self {
             key: request.key,
             token: request.token,
             fence,
             kind: request.kind,
+            label,
+            taken_at: Instant::now(),
             context,
             watchdog,
             session: until.is_none(),
@@ -147,7 +154,7 @@ impl Lease {
             .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            tracing::warn!(key = %self.key, fence = self.fence, "lock lost: its lease ran out before it could be renewed, or its session ended");
+            telemetry::lost(&self.key, self.kind, self.label, self.fence);
             self.changed.notify_waiters();
         }
     }

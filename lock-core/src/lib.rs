@@ -231,6 +231,7 @@ mod multi;
 mod options;
 mod reentrancy;
 mod semaphore;
+mod telemetry;
 mod wait;
 mod watchdog;
 

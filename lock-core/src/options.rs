@@ -33,6 +33,7 @@ pub struct LockOptions {
     pub(crate) lease: Option<Duration>,
     pub(crate) watchdog: bool,
     pub(crate) kind: LockKind,
+    pub(crate) label: Option<&'static str>,
 }
 
 impl Default for LockOptions {
@@ -49,6 +50,7 @@ impl LockOptions {
             lease: None,
             watchdog: true,
             kind: LockKind::Exclusive,
+            label: None,
         }
     }
 
@@ -113,6 +115,22 @@ impl LockOptions {
         self
     }
 
+    /// What the lock is, for metrics and traces: the template its key is made from
+    /// (`"balance:{id}"`), so that every account's lock is counted under one name. The
+    /// attribute and the layer set it from their templates. Never the key itself: each
+    /// key would make metric series of its own.
+    ///
+    /// ```
+    /// use lock_core::LockOptions;
+    ///
+    /// let opts = LockOptions::new().label("balance:{id}");
+    /// # let _ = opts;
+    /// ```
+    pub fn label(mut self, template: &'static str) -> Self {
+        self.label = Some(template);
+        self
+    }
+
     pub(crate) fn resolve(self, defaults: &Defaults) -> Result<Resolved, LockError> {
         let lease = self.lease.unwrap_or(defaults.lease);
         if lease < MIN_LEASE {
@@ -128,6 +146,7 @@ impl LockOptions {
             lease,
             watchdog: self.watchdog,
             kind: self.kind,
+            label: self.label,
         })
     }
 }
@@ -156,6 +175,7 @@ pub(crate) struct Resolved {
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
     pub(crate) kind: LockKind,
+    pub(crate) label: Option<&'static str>,
 }
 
 #[cfg(test)]

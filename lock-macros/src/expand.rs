@@ -126,6 +126,16 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         }
     };
 
+    // The templates as written label the lock in metrics and traces.
+    let label = match &args.keys {
+        Keys::One(template) => template.source.clone(),
+        Keys::Many(templates) => {
+            let sources: Vec<&str> = templates.iter().map(|t| t.source.as_str()).collect();
+            sources.join(", ")
+        }
+    };
+    let opts = quote!(#opts.label(#label));
+
     let (key_binding, guard_type, lock, with_lock, release) = match &args.keys {
         Keys::One(template) => {
             let key = key_expr(template);

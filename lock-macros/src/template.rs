@@ -20,6 +20,8 @@ pub(crate) enum Segment {
 /// A parsed key template and the literal it came from.
 #[derive(Debug, Clone)]
 pub(crate) struct Template {
+    /// The template as written, which labels the lock in metrics and traces.
+    pub(crate) source: String,
     pub(crate) segments: Vec<Segment>,
     pub(crate) span: Span,
 }
@@ -27,8 +29,10 @@ pub(crate) struct Template {
 impl Template {
     /// Parses the string literal `lit`; errors point at it.
     pub(crate) fn from_lit(lit: &LitStr) -> syn::Result<Self> {
-        let segments = parse(&lit.value()).map_err(|msg| syn::Error::new(lit.span(), msg))?;
+        let source = lit.value();
+        let segments = parse(&source).map_err(|msg| syn::Error::new(lit.span(), msg))?;
         Ok(Self {
+            source,
             segments,
             span: lit.span(),
         })
@@ -236,7 +240,7 @@ mod tests {
         fn any_text_is_parsed_or_refused(text in "[{}<>.:a-z0-9_ ]{0,16}|.{0,24}") {
             match parse(&text) {
                 Ok(segments) => {
-                    let t = Template { segments, span: Span::call_site() };
+                    let t = Template { source: text.clone(), segments, span: Span::call_site() };
                     let format = t.format_string();
                     let unescaped = format.replace("{{", "").replace("}}", "");
                     proptest::prop_assert_eq!(unescaped.matches("{}").count(), t.paths().count());

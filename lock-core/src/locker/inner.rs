@@ -9,6 +9,7 @@ use crate::backend::Store;
 use crate::lease::Lease;
 use crate::options::Defaults;
 use crate::reentrancy::{HoldEnd, Holds};
+use crate::telemetry;
 use crate::watchdog::Watchdog;
 
 /// One `Locker`: its store, its settings, and the holds it keeps.
@@ -43,6 +44,8 @@ impl Inner {
     pub(crate) fn end_hold(&self, lease: &Arc<Lease>) -> HoldEnd {
         let end = self.holds.end(lease);
         if end == HoldEnd::Outermost && lease.mark_released() {
+            let held = lease.taken_at.elapsed();
+            telemetry::released(&lease.key, lease.kind, lease.label, held);
             // The watchdog stops renewing before the release is sent, so no renewal can
             // follow the release.
             self.watchdog.released();

@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use crate::backend::store::unsupported;
 use crate::backend::{Acquire, Acquired, Expiry, MemoryStore, Outcome, Store};
 use crate::lease::{Context, Lease};
-use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults};
+use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, Resolved};
 use crate::reentrancy::Reentry;
-use crate::{LockError, LockGuard, LockKey, LockKind, LockOptions, Semaphore, key};
+use crate::{LockError, LockGuard, LockKey, LockKind, LockOptions, Semaphore, key, telemetry};
 
 mod builder;
 pub(crate) mod inner;
@@ -261,10 +261,12 @@ impl Locker {
             request.since = Instant::now();
             request.deadline = request.since + opts.wait;
             match store.acquire(&request).await? {
-                Outcome::Acquired(acquired) => Ok(self.hold(request, opts.watchdog, acquired)),
+                Outcome::Acquired(acquired) => Ok(self.hold(request, &opts, acquired)),
                 Outcome::Held { holder_ttl } => {
                     let waited = request.since.elapsed();
-                    tracing::debug!(key = %request.key, ?waited, "lock wait timed out");
+                    if !opts.wait.is_zero() {
+                        telemetry::timed_out(&request.key, request.kind, opts.label, waited);
+                    }
                     Err(LockError::Timeout {
                         key: request.key.to_string(),
                         waited,
@@ -278,8 +280,9 @@ impl Locker {
     /// The guard of the lock `request` took, held by the task that takes it. Its lease
     /// is renewed while the guard lives (or, with the watchdog off, marked lost at its
     /// deadline); a session's end marks it lost.
-    fn hold(&self, request: Acquire, watchdog: bool, acquired: Acquired) -> LockGuard {
+    fn hold(&self, request: Acquire, opts: &Resolved, acquired: Acquired) -> LockGuard {
         let Acquired { fence, expiry } = acquired;
+        let waited = request.since.elapsed();
         let until = match &expiry {
             Expiry::Lease(until) => Some(*until),
             Expiry::Session(_) => None,
@@ -288,11 +291,12 @@ impl Locker {
             request,
             fence,
             Context::current(),
-            watchdog,
+            opts.watchdog,
             until,
             self.inner.epoch,
+            opts.label,
         ));
-        tracing::debug!(key = %lease.key, fence, "lock acquired");
+        telemetry::acquired(&lease.key, lease.kind, opts.label, waited);
         self.inner.holds.insert(lease.clone());
         match expiry {
             Expiry::Lease(_) => self.inner.watchdog.watch(lease.clone()),
