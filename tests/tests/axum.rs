@@ -552,6 +552,8 @@ async fn oversize_or_control_character_value_gives_400() {
     };
     let reply = send(&client, doc("readme", "acme")).await;
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ran"));
+    // From here on every request is refused before it reaches Redis: no lock is taken.
+    let scripts_run = redis.calls("evalsha");
 
     // a 10 kB header: refused by lock-core's key validation, not echoed back
     let reply = send(&client, doc("readme", &"a".repeat(10 * 1024))).await;
@@ -590,6 +592,11 @@ async fn oversize_or_control_character_value_gives_400() {
             StatusCode::BAD_REQUEST,
             "header `x-tenant` contains a control character"
         )
+    );
+    assert_eq!(
+        redis.calls("evalsha"),
+        scripts_run,
+        "a refused request took a lock"
     );
 }
 
