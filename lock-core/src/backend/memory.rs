@@ -458,6 +458,24 @@ impl MemoryStore {
         true
     }
 
+    /// Frees `key` whoever holds it, waking every waiter; says whether anyone did.
+    fn force_unlock(&self, key: &str) -> bool {
+        let now = Instant::now();
+        {
+            let mut state = self.state();
+            let Some(e) = state.entries.get_mut(key) else {
+                return false;
+            };
+            e.prune(now);
+            if e.holders.is_empty() {
+                return false;
+            }
+            e.holders.clear();
+        }
+        self.announce(key, Wake::All);
+        true
+    }
+
     /// Takes writer `token` out of those waiting for `key`, which gave up: the readers
     /// waiting behind it may go in, and the next writer.
     fn stop_waiting_to_write(&self, key: &str, token: &str) {
@@ -563,6 +581,10 @@ impl Store for MemoryStore {
     fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
         self.set_permits(key.shared(), permits);
         Box::pin(ready(Ok(())))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(self.force_unlock(key.as_str()))))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {

@@ -67,6 +67,16 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
         ))))
     }
 
+    /// Frees the lock `key` whoever holds it, and says whether anyone did: every holder
+    /// (owner, readers, permits) loses its hold, which its next renewal finds, and every
+    /// waiter is woken. For [`Locker::force_unlock`](crate::Locker::force_unlock); the
+    /// default answers [`LockError::Config`], naming the store.
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        let _ = key;
+        let reason = format!("the {} store cannot force a lock open", self.name());
+        Box::pin(std::future::ready(Err(LockError::Config(reason))))
+    }
+
     /// Waits until the work this store started in the background has finished (such as
     /// giving back a lock whose acquire was cut short). Nothing, unless the store says
     /// otherwise.

@@ -426,4 +426,33 @@ impl Locker {
     pub async fn flush(&self) {
         self.inner.flush().await;
     }
+
+    /// Frees the lock `key` whoever holds it, and says whether anyone did: an operator's
+    /// tool, for a lock whose holder is stuck or gone. Every holder of the key (its owner,
+    /// its readers, its permits) loses its hold, and every waiter is woken.
+    ///
+    /// **This breaks mutual exclusion for a live holder.** It goes on running until its
+    /// next renewal (a third of its lease at most) finds the hold gone and its guard
+    /// reports the loss ([`LockGuard::lost`] resolves, [`with_lock`](Self::with_lock)
+    /// cancels its body); until then it and the next holder run at once, which only a
+    /// fencing token checked where the data lives makes safe. No other call releases a
+    /// lock but the guard that holds it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::in_memory();
+    /// let stuck = locker.lock("job:nightly").await?;
+    /// let operator = locker.clone();
+    /// assert!(operator.force_unlock("job:nightly").await?);
+    /// assert!(!operator.force_unlock("job:nightly").await?, "already free");
+    /// # drop(stuck);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
+        let key = LockKey::with_max_len(key, self.inner.max_key_len)?;
+        tracing::warn!(key = %key, "forcing a lock open");
+        self.inner.store.force_unlock(&key).await
+    }
 }

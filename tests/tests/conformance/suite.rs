@@ -74,6 +74,7 @@ macro_rules! conformance {
             a_semaphore_keeps_its_count,
             permits_are_not_reentrant,
             dropped_guards_of_every_kind_free_their_hold,
+            force_unlock_frees_a_held_lock_and_its_holder_learns_of_it,
         );
     };
     (@tests $store:ident, $make:expr; $($test:ident),+ $(,)?) => {
@@ -279,6 +280,60 @@ pub(crate) async fn lease_loss_cancels_with_lock(store: &impl StoreUnderTest) {
         .await
         .expect("a lost lock is free for another Locker");
     next.release().await.unwrap();
+}
+
+/// An operator forces a lock open: another `Locker`'s waiter gets it at once, the
+/// holder's guard reports the loss at its next renewal, and a free key reports nothing
+/// held. Readers of a read-write lock, where the store has them, are freed alike.
+pub(crate) async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
+    store: &impl StoreUnderTest,
+) {
+    let [holder, operator] = two(store).await;
+    let guard = holder
+        .lock_with("stuck", LockOptions::new().lease(SHORT_LEASE))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let operator = operator.clone();
+        async move { operator.lock_with("stuck", long_wait()).await }
+    });
+    assert!(operator.force_unlock("stuck").await.unwrap(), "it was held");
+    let next = timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter was not let in")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > guard.fencing_token());
+    timeout(PATIENCE, guard.lost())
+        .await
+        .expect("the holder never learnt its lock was forced open");
+    assert!(guard.is_lost());
+    next.release().await.unwrap();
+    assert!(
+        !operator.force_unlock("stuck").await.unwrap(),
+        "it was free"
+    );
+    assert!(
+        operator
+            .force_unlock("")
+            .await
+            .unwrap_err()
+            .is_invalid_key()
+    );
+
+    if has_kind(&holder, LockKind::Read).await {
+        let reader = holder.read("shared").await.unwrap();
+        assert!(operator.force_unlock("shared").await.unwrap());
+        let writer = operator
+            .lock_with(
+                "shared",
+                LockOptions::new().kind(LockKind::Write).wait(PATIENCE),
+            )
+            .await
+            .expect("a write after the readers were forced out");
+        writer.release().await.unwrap();
+        drop(reader);
+    }
 }
 
 /// A dropped guard releases its lock: once its `Locker` is flushed, another takes it.

@@ -522,6 +522,23 @@ impl Store for RedisStore {
         })
     }
 
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let key = self.key(key);
+            let mut call = self.scripts.force_unlock.key(key.as_str());
+            call.key(key.readers())
+                .key(key.holders())
+                .key(key.lockers())
+                .key(key.channel());
+            self.connection
+                .run("force a lock open", |mut conn| {
+                    let call = &call;
+                    async move { call.invoke_async(&mut conn).await }
+                })
+                .await
+        })
+    }
+
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
         Box::pin(self.available_permits(key, permits))
     }

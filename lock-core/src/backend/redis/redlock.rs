@@ -487,6 +487,20 @@ impl Store for RedLockStore {
         })
     }
 
+    /// On every master; a quorum must answer.
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let answers = self.ask_all(self.patience(), |m| m.force_unlock(key)).await;
+            let held = answers.iter().filter(|a| **a == Some(true)).count();
+            let answered = answers.iter().flatten().count();
+            let needed = majority(self.masters.len());
+            if answered < needed {
+                return Err(self.quorum_error(key, answered, needed));
+            }
+            Ok(held > 0)
+        })
+    }
+
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
         Box::pin(async move {
             let answers = self

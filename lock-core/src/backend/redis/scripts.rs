@@ -175,6 +175,8 @@ pub(super) struct Scripts {
     pub(super) held: LockScript,
     /// Raise a fence counter to at least a token (RedLock).
     pub(super) raise_fence: LockScript,
+    /// Free a lock whoever holds it: whether it was held.
+    pub(super) force_unlock: LockScript,
 }
 
 impl Scripts {
@@ -217,11 +219,12 @@ impl Scripts {
             set_permits: script!(publish, 3: "lockers.lua", "set_permits.lua"),
             held: script!(publish, 2: "shared.lua", "held.lua"),
             raise_fence: script!(publish, 1: "raise_fence.lua"),
+            force_unlock: script!(publish, 5: "lockers.lua", "force_unlock.lua"),
         }
     }
 
     /// Each script, to load them all up front.
-    pub(super) fn all(&self) -> [&LockScript; 17] {
+    pub(super) fn all(&self) -> [&LockScript; 18] {
         [
             &self.acquire,
             &self.release,
@@ -240,6 +243,7 @@ impl Scripts {
             &self.set_permits,
             &self.held,
             &self.raise_fence,
+            &self.force_unlock,
         ]
     }
 }
