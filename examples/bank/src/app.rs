@@ -5,9 +5,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -22,11 +22,53 @@ pub(crate) fn router(bank: Bank) -> Router {
         .route("/accounts/{id}/deposit", post(deposit))
         .route("/accounts/{id}/withdraw", post(withdraw))
         .route("/transfers", post(transfer))
+        .route("/admin/locks/{key}", delete(force_unlock))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
         .with_state(bank)
+}
+
+/// `DELETE /admin/locks/{key}`: an operator forces the lock `key` open, whoever holds it
+/// (see `Locker::force_unlock`: the holder runs on until its next renewal fails).
+async fn force_unlock(
+    State(bank): State<Bank>,
+    headers: HeaderMap,
+    key: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    admin(&bank, &headers)?;
+    let key = key?.0;
+    match bank.locker().force_unlock(&key).await {
+        Ok(was_held) => Ok(Json(json!({ "key": key, "was_held": was_held }))),
+        Err(e) if e.is_invalid_key() => Err(ApiError::new(StatusCode::BAD_REQUEST, e)),
+        Err(e) => Err(BankError::from(e).into()),
+    }
+}
+
+/// Lets an admin request through: `404` when the admin endpoints are off (no
+/// `BANK_ADMIN_TOKEN`), `401` without its bearer token.
+fn admin(bank: &Bank, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = bank.admin_token() else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint"));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(given) if same_secret(given.as_bytes(), expected.as_bytes()) => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "the admin endpoints need `Authorization: Bearer <BANK_ADMIN_TOKEN>`",
+        )),
+    }
+}
+
+/// Whether `a` and `b` are equal, taking as long whichever bytes differ, so that the time
+/// of an answer tells nothing of the token.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 #[derive(Debug, Deserialize)]

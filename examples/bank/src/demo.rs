@@ -199,14 +199,27 @@ impl Http {
         path: &str,
         body: Option<&str>,
     ) -> Result<Response<Bytes>, String> {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
+        let mut request = self.request(method, path);
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
         let body = Bytes::from(body.unwrap_or_default().to_owned());
         let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
+        self.send_request(request).await
+    }
+
+    /// A request to `path` of the bank, to add headers to.
+    pub(crate) fn request(&self, method: Method, path: &str) -> axum::http::request::Builder {
+        Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+    }
+
+    /// Sends `request` and reads the whole answer, within 30 s.
+    pub(crate) async fn send_request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Bytes>, String> {
         let exchange = async {
             let response = self
                 .client

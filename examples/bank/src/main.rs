@@ -16,6 +16,9 @@
 //! POST /accounts/{id}/withdraw   {"amount": 30}    (409 on insufficient funds)
 //! POST /transfers                {"from": "alice", "to": "bob", "amount": 20}
 //!                                (locks both accounts)
+//! DELETE /admin/locks/{key}      -> {"key": "balance:alice", "was_held": true}
+//!                                (an operator forces a stuck lock open; needs
+//!                                `Authorization: Bearer $BANK_ADMIN_TOKEN`)
 //! ```
 //!
 //! Environment:
@@ -31,6 +34,8 @@
 //!   sharing the Redis (default 2); the replica started last sets it for all
 //! - `BANK_STATEMENT_DELAY_MS`: how long a statement takes to render (default 300)
 //! - `BANK_UNLOCKED=1`: take no account locks at all, to see updates get lost (demo only)
+//! - `BANK_ADMIN_TOKEN`: the bearer token of the `/admin` endpoints; unset, they answer
+//!   `404` (they do not exist), and without the token `401`
 
 mod app;
 mod demo;
@@ -66,6 +71,8 @@ pub(crate) struct Config {
     pub(crate) max_statements: NonZeroU32,
     pub(crate) statement_delay: Duration,
     pub(crate) locks: bool,
+    /// The bearer token of the `/admin` endpoints; none: they do not exist.
+    pub(crate) admin_token: Option<String>,
 }
 
 impl Config {
@@ -105,6 +112,7 @@ impl Config {
             max_statements,
             statement_delay: millis("BANK_STATEMENT_DELAY_MS", DEFAULT_STATEMENT_DELAY)?,
             locks,
+            admin_token: var("BANK_ADMIN_TOKEN"),
         })
     }
 

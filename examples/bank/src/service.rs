@@ -134,6 +134,8 @@ pub(crate) struct Bank {
     /// `false` with `BANK_UNLOCKED=1`: every read and update runs without its account lock
     /// (statements stay bounded).
     locking: bool,
+    /// The bearer token of the `/admin` endpoints (`BANK_ADMIN_TOKEN`).
+    admin_token: Option<String>,
 }
 
 impl Bank {
@@ -169,11 +171,17 @@ impl Bank {
             statements,
             statement_delay: config.statement_delay,
             locking: config.locks,
+            admin_token: config.admin_token.clone(),
         })
     }
 
     pub(crate) fn locker(&self) -> &Locker {
         &self.locker
+    }
+
+    /// The bearer token of the `/admin` endpoints, if they are on.
+    pub(crate) fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
     }
 
     /// The balance of the account, read under the read side of its lock.

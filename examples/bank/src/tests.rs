@@ -33,6 +33,7 @@ fn config(redis_url: Option<String>) -> Config {
         max_statements: NonZeroU32::new(2).unwrap(),
         statement_delay: Duration::from_millis(1),
         locks: true,
+        admin_token: None,
     }
 }
 
@@ -599,4 +600,70 @@ async fn the_demo_loses_nothing_with_locks_on() {
         assert_eq!((run.failed, run.expected), (0, 200), "{url:?}: {run:?}");
         assert_eq!(run.lost(), 0, "{url:?}: {run:?}");
     }
+}
+
+/// `DELETE /admin/locks/{key}` with `token` as the bearer token, if any.
+async fn force_unlock(http: &Http, key: &str, token: Option<&str>) -> (StatusCode, Value) {
+    let mut request = http.request(Method::DELETE, &format!("/admin/locks/{key}"));
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(Default::default()).unwrap();
+    let response = http.send_request(request).await.unwrap();
+    let json = serde_json::from_slice(response.body()).unwrap();
+    (response.status(), json)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_endpoints_are_off_without_a_token() {
+    let (http, _bank) = serve(config(None)).await;
+    let (status, body) = force_unlock(&http, "balance:alice", Some("guess")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_forces_a_stuck_lock_open_with_the_token() {
+    let (http, bank) = serve(Config {
+        admin_token: Some("s3cret".into()),
+        ..config(None)
+    })
+    .await;
+    let key = lock_key(&AccountId::parse("alice").unwrap());
+    // Renewed every 100 ms, so that it learns of the loss soon.
+    let write = LockOptions::new()
+        .kind(LockKind::Write)
+        .lease(Duration::from_millis(300));
+    let stuck = bank.locker().lock_with(&key, write).await.unwrap();
+
+    for token in [None, Some("wrong"), Some("s3cre"), Some("s3cretx")] {
+        let (status, body) = force_unlock(&http, &key, token).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}: {body}");
+        assert!(!body.to_string().contains("s3cret"), "{body}");
+    }
+    assert!(!stuck.is_lost(), "a refused call forced the lock open");
+
+    let (status, body) = force_unlock(&http, &key, Some("s3cret")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["was_held"], true, "{body}");
+    // The account takes deposits again, and the stuck holder learns its lock is gone.
+    let (status, body) = call(
+        &http,
+        Method::POST,
+        "/accounts/alice/deposit",
+        Some(r#"{"amount": 5}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    tokio::time::timeout(DEADLINE, stuck.lost())
+        .await
+        .expect("the stuck holder never learnt of it");
+
+    let (status, body) = force_unlock(&http, &key, Some("s3cret")).await;
+    assert_eq!(
+        (status, &body["was_held"]),
+        (StatusCode::OK, &Value::Bool(false)),
+        "{body}"
+    );
+    let (status, body) = force_unlock(&http, "a%0Ab", Some("s3cret")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
