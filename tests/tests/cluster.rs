@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
 use lock_tests::{RedisCluster, RedisServer, eventually};
+
+#[path = "common/wake.rs"]
+mod wake;
 use tokio::time::{Instant, sleep, timeout};
 
 const SAFETY_POLL: Duration = Duration::from_secs(4);
@@ -91,30 +94,7 @@ async fn a_release_wakes_a_waiter_on_every_master() {
     for name in one_name_per_master(&cluster) {
         let node = &cluster.nodes()[cluster.node_for_key(&format!("lock:{{{name}}}"))];
         let published = node.calls("spublish");
-        let held = holder
-            .lock_with(&name, LockOptions::new().lease(Duration::from_secs(30)))
-            .await
-            .unwrap();
-        let waiting = tokio::spawn({
-            let (waiter, name) = (waiter.clone(), name.clone());
-            async move {
-                let guard = waiter.lock(&name).await.unwrap();
-                let got = Instant::now();
-                guard.release().await.unwrap();
-                got
-            }
-        });
-        // No public signal says a waiter is parked: give it a moment.
-        sleep(Duration::from_millis(200)).await;
-        assert!(!waiting.is_finished(), "the waiter got a held lock");
-        let released = Instant::now();
-        held.release().await.unwrap();
-        let got = timeout(SAFETY_POLL * 2, waiting).await.unwrap().unwrap();
-        let after = got.saturating_duration_since(released);
-        assert!(
-            after < SAFETY_POLL / 4,
-            "{name}: the waiter got the lock {after:?} after its release, not woken by it"
-        );
+        wake::a_release_wakes_the_waiter(&holder, &waiter, &name, SAFETY_POLL).await;
         assert!(
             node.calls("spublish") > published,
             "{name}: no wake-up was published on the lock's own master"

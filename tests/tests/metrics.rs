@@ -22,6 +22,21 @@ async fn deposit(locker: &Locker, id: u64) -> Result<u64, LockError> {
 /// A metric recorded: its kind, name, labels, and value.
 type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
 
+/// Runs `body` on a runtime of its own, under a debugging recorder: every metric it
+/// recorded.
+fn recording(body: impl Future<Output = ()>) -> Vec<Metric> {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(body);
+    });
+    recorded(&snapshotter)
+}
+
 /// Every metric recorded.
 fn recorded(snapshotter: &Snapshotter) -> Vec<Metric> {
     snapshotter
@@ -73,58 +88,48 @@ fn samples(metrics: &[Metric], name: &str, lock: &str) -> usize {
 
 #[test]
 fn the_attribute_labels_its_locks_by_template() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let locker = Locker::in_memory();
-            assert_eq!(deposit(&locker, 42).await.unwrap(), 42);
-            assert_eq!(deposit(&locker, 43).await.unwrap(), 43);
-            // Held elsewhere: the attribute's wait of 50 ms times out.
-            let held = locker.lock("balance:7").await.unwrap();
-            let err = tokio::spawn({
-                let locker = locker.clone();
-                async move { deposit(&locker, 7).await }
-            })
+    let metrics = recording(async {
+        let locker = Locker::in_memory();
+        assert_eq!(deposit(&locker, 42).await.unwrap(), 42);
+        assert_eq!(deposit(&locker, 43).await.unwrap(), 43);
+        // Held elsewhere: the attribute's wait of 50 ms times out.
+        let held = locker.lock("balance:7").await.unwrap();
+        let err = tokio::spawn({
+            let locker = locker.clone();
+            async move { deposit(&locker, 7).await }
+        })
+        .await
+        .unwrap()
+        .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        held.release().await.unwrap();
+        // A lease left to run out is lost; a try_lock that finds it held is no timeout.
+        let options = LockOptions::new()
+            .lease(Duration::from_millis(50))
+            .watchdog(false)
+            .label("job:{name}");
+        let guard = locker.lock_with("job:nightly", options).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
             .await
-            .unwrap()
-            .unwrap_err();
-            assert!(err.is_timeout(), "{err}");
-            held.release().await.unwrap();
-            // A lease left to run out is lost; a try_lock that finds it held is no timeout.
-            let options = LockOptions::new()
-                .lease(Duration::from_millis(50))
-                .watchdog(false)
-                .label("job:{name}");
-            let guard = locker.lock_with("job:nightly", options).await.unwrap();
-            tokio::time::timeout(Duration::from_secs(5), guard.lost())
-                .await
-                .expect("the lease ran out");
-            drop(guard);
-            let other = locker.lock("job:nightly").await.unwrap();
-            let found_held = tokio::spawn({
-                let locker = locker.clone();
-                async move {
-                    let options = LockOptions::new().label("job:{name}");
-                    locker
-                        .try_lock_with("job:nightly", options)
-                        .await
-                        .map(|g| g.is_none())
-                }
-            })
-            .await
-            .unwrap()
-            .unwrap();
-            assert!(found_held, "another task took a held lock");
-            other.release().await.unwrap();
-        });
+            .expect("the lease ran out");
+        drop(guard);
+        let other = locker.lock("job:nightly").await.unwrap();
+        let found_held = tokio::spawn({
+            let locker = locker.clone();
+            async move {
+                let options = LockOptions::new().label("job:{name}");
+                locker
+                    .try_lock_with("job:nightly", options)
+                    .await
+                    .map(|g| g.is_none())
+            }
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(found_held, "another task took a held lock");
+        other.release().await.unwrap();
     });
-
-    let metrics = recorded(&snapshotter);
     assert_eq!(
         counter(&metrics, "lock_acquisitions_total", "balance:{id}"),
         2,
@@ -153,34 +158,23 @@ fn the_attribute_labels_its_locks_by_template() {
 
 #[test]
 fn the_layer_labels_its_locks_by_template() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let layer = LockLayer::new(Locker::in_memory(), "doc:{name}");
-            let app = Router::new()
-                .route("/docs/{name}", post(|| async { "saved" }))
-                .route_layer(layer);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-            let client =
-                Client::builder(TokioExecutor::new()).build_http::<Empty<axum::body::Bytes>>();
-            for name in ["readme", "changelog"] {
-                let request = axum::http::Request::post(format!("http://{addr}/docs/{name}"))
-                    .body(Empty::new())
-                    .unwrap();
-                let response = client.request(request).await.unwrap();
-                assert_eq!(response.status(), axum::http::StatusCode::OK);
-            }
-        });
+    let metrics = recording(async {
+        let layer = LockLayer::new(Locker::in_memory(), "doc:{name}");
+        let app = Router::new()
+            .route("/docs/{name}", post(|| async { "saved" }))
+            .route_layer(layer);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<axum::body::Bytes>>();
+        for name in ["readme", "changelog"] {
+            let request = axum::http::Request::post(format!("http://{addr}/docs/{name}"))
+                .body(Empty::new())
+                .unwrap();
+            let response = client.request(request).await.unwrap();
+            assert_eq!(response.status(), axum::http::StatusCode::OK);
+        }
     });
-
-    let metrics = recorded(&snapshotter);
     assert_eq!(
         counter(&metrics, "lock_acquisitions_total", "doc:{name}"),
         2,

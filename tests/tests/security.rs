@@ -8,9 +8,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use lock_core::{LockError, LockOptions, Locker};
+use lock_core::{LockError, Locker};
 use lock_tests::RedisServer;
-use tokio::time::{Instant, sleep, timeout};
+
+#[path = "common/wake.rs"]
+mod wake;
 
 const SAFETY_POLL: Duration = Duration::from_secs(4);
 const PASSWORD: &str = "s3cret-pw";
@@ -95,30 +97,7 @@ async fn passwords_of_unreachable_or_invalid_urls_never_show() {
 /// Locks on a server that needs a password, and a waiter woken by a release: the pub/sub
 /// connection authenticated too, or the waiter would wait for the safety poll.
 async fn locks_and_wake_ups_work(locker: &Locker, other: &Locker) {
-    let held = locker
-        .lock_with("k", LockOptions::new().lease(Duration::from_secs(30)))
-        .await
-        .unwrap();
-    let waiting = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let guard = other.lock("k").await.unwrap();
-            let got = Instant::now();
-            guard.release().await.unwrap();
-            got
-        }
-    });
-    // No public signal says a waiter is parked: give it a moment.
-    sleep(Duration::from_millis(200)).await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let got = timeout(SAFETY_POLL * 2, waiting).await.unwrap().unwrap();
-    let after = got.saturating_duration_since(released);
-    assert!(
-        after < SAFETY_POLL / 4,
-        "the waiter got the lock {after:?} after its release, not woken by it"
-    );
+    wake::a_release_wakes_the_waiter(locker, other, "k", SAFETY_POLL).await;
 }
 
 async fn connect(url: &str) -> Locker {
