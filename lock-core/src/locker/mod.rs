@@ -234,6 +234,13 @@ impl Locker {
             deadline: Instant::now(),
             since: Instant::now(),
         };
+        // What the future needs of the options beyond the request.
+        let Resolved {
+            wait,
+            watchdog,
+            label,
+            ..
+        } = opts;
         // A block: an async fn would keep a second copy of the request (280 B, not 160).
         Either::Left(async move {
             let store = &*self.inner.store;
@@ -259,13 +266,13 @@ impl Locker {
                 Reentry::NotHeld => {}
             }
             request.since = Instant::now();
-            request.deadline = request.since + opts.wait;
+            request.deadline = request.since + wait;
             match store.acquire(&request).await? {
-                Outcome::Acquired(acquired) => Ok(self.hold(request, &opts, acquired)),
+                Outcome::Acquired(acquired) => Ok(self.hold(request, watchdog, label, acquired)),
                 Outcome::Held { holder_ttl } => {
                     let waited = request.since.elapsed();
-                    if !opts.wait.is_zero() {
-                        telemetry::timed_out(&request.key, request.kind, opts.label, waited);
+                    if !wait.is_zero() {
+                        telemetry::timed_out(&request.key, request.kind, label, waited);
                     }
                     Err(LockError::Timeout {
                         key: request.key.to_string(),
@@ -280,7 +287,13 @@ impl Locker {
     /// The guard of the lock `request` took, held by the task that takes it. Its lease
     /// is renewed while the guard lives (or, with the watchdog off, marked lost at its
     /// deadline); a session's end marks it lost.
-    fn hold(&self, request: Acquire, opts: &Resolved, acquired: Acquired) -> LockGuard {
+    fn hold(
+        &self,
+        request: Acquire,
+        watchdog: bool,
+        label: Option<&'static str>,
+        acquired: Acquired,
+    ) -> LockGuard {
         let Acquired { fence, expiry } = acquired;
         let waited = request.since.elapsed();
         let until = match &expiry {
@@ -291,12 +304,12 @@ impl Locker {
             request,
             fence,
             Context::current(),
-            opts.watchdog,
+            watchdog,
             until,
             self.inner.epoch,
-            opts.label,
+            label,
         ));
-        telemetry::acquired(&lease.key, lease.kind, opts.label, waited);
+        telemetry::acquired(&lease.key, lease.kind, label, waited);
         self.inner.holds.insert(lease.clone());
         match expiry {
             Expiry::Lease(_) => self.inner.watchdog.watch(lease.clone()),
