@@ -536,6 +536,77 @@ async fn a_cut_pub_sub_connection_is_opened_again_and_wakes_its_waiters() {
     );
 }
 
+/// How many items the server lists in answer to `what` (channels, keys).
+fn scale_count(server: &RedisServer, what: &[&str]) -> usize {
+    let reply = server.cmd(what).unwrap();
+    reply.as_array().unwrap().len()
+}
+
+/// Ten thousand waiters over a thousand held keys, then all cancelled: their `Locker`
+/// unsubscribes every channel, leaves every set of waiting `Locker`s, and keeps no task for
+/// any of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_leave_nothing_behind() {
+    const KEYS: usize = 1_000;
+    const WAITERS: usize = 10_000;
+    let server = RedisServer::spawn();
+    let (holder, waiter) = (connect_quiet(&server).await, connect_quiet(&server).await);
+    let mut held = Vec::with_capacity(KEYS);
+    for k in 0..KEYS {
+        held.push(holder.lock(&format!("scale:{k}")).await.unwrap());
+    }
+    let channels = || scale_count(&server, &["PUBSUB", "CHANNELS", "lock:{scale:*:released:*"]);
+    let waiting_sets = || scale_count(&server, &["KEYS", "lock:{scale:*}:lockers"]);
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let tasks_before = tasks();
+
+    let waiting: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let wait = LockOptions::new().wait(60 * SEC);
+                waiter.lock_with(&format!("scale:{}", i % KEYS), wait).await
+            })
+        })
+        .collect();
+    eventually(60 * SEC, "every key's channel to be subscribed", || {
+        std::future::ready(channels() == KEYS)
+    })
+    .await;
+    assert_eq!(waiting_sets(), KEYS);
+
+    for task in &waiting {
+        task.abort();
+    }
+    for task in waiting {
+        assert!(
+            task.await.unwrap_err().is_cancelled(),
+            "a waiter got a held lock"
+        );
+    }
+    eventually(10 * SEC, "every channel to be unsubscribed", || {
+        std::future::ready(channels() == 0)
+    })
+    .await;
+    eventually(10 * SEC, "every set of waiting Lockers to be left", || {
+        std::future::ready(waiting_sets() == 0)
+    })
+    .await;
+    // What stays is the waiting `Locker`'s own: its pub/sub task and its connection's,
+    // ready for its next wait; nothing per waiter or per key.
+    eventually(10 * SEC, "the waiters' tasks to end", || {
+        std::future::ready(tasks() <= tasks_before + 2)
+    })
+    .await;
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opposite_transfers_never_deadlock() {
     let server = RedisServer::spawn();

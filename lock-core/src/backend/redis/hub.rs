@@ -2,8 +2,10 @@
 //! subscribed to this `Locker`'s channel of every lock that has local waiters (or had,
 //! until a moment ago: see [`LINGER`]).
 //!
-//! It runs only while there is something to wait for, reconnects with backoff, and when
-//! the connection drops it wakes every waiter, since wake-ups may have been missed. Each
+//! It starts with the `Locker`'s first wait and serves it from then on: it connects when
+//! there is something to wait for and keeps the connection for the next wait, reconnects
+//! with backoff, and when the connection drops it wakes every waiter, since wake-ups may
+//! have been missed. Each
 //! lock's line knows whether its wake-ups are being delivered ([`Listening`]): a waiter
 //! waits until they are before its next attempt, and polls more often while they are not.
 //! Own code rather than redis-rs's resubscribing connection: waiters must know when a
