@@ -1,13 +1,14 @@
 //! Where a request's lock name comes from: key templates, the [`KeyExtractor`] trait, and
 //! the path parameters it can read.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::str::FromStr;
 use std::sync::Arc;
 
 use axum::extract::RawPathParams;
 use http::HeaderName;
 use http::request::Parts;
+use lock_core::KeySegment;
 
 use crate::rejection::LockRejection;
 
@@ -24,11 +25,14 @@ use crate::rejection::LockRejection;
 ///
 /// The route's path parameters are readable with [`PathParams::of`]. Ready-made
 /// extractors: [`KeyTemplate`] (what [`LockLayer::new`](crate::LockLayer::new) uses) and
-/// [`key_fn`] for a closure.
+/// [`key_fn`] for a closure. Write each value from the request through
+/// [`lock_core::KeySegment`], as templates do, so that a value holding a `:` cannot pass
+/// for part of another key.
 ///
 /// ```
 /// use http::request::Parts;
 /// use lock_axum::{KeyExtractor, LockRejection, PathParams};
+/// use lock_core::KeySegment;
 ///
 /// /// Locks per tenant and account; admins are not serialized.
 /// #[derive(Debug)]
@@ -47,7 +51,7 @@ use crate::rejection::LockRejection;
 ///         let id = PathParams::of(parts)
 ///             .get("id")
 ///             .ok_or_else(|| LockRejection::missing("path parameter `id`"))?;
-///         Ok(Some(format!("{tenant}:balance:{id}")))
+///         Ok(Some(format!("{}:balance:{}", KeySegment(tenant), KeySegment(id))))
 ///     }
 /// }
 /// ```
@@ -170,13 +174,20 @@ enum Segment {
 /// | `{query.name}`  | the first `name=` pair of the query string, form-decoded     |
 /// | `{header.name}` | the header `name` (case-insensitive); it must appear once    |
 ///
-/// `{{` and `}}` stand for literal braces. The template is parsed once, when the layer
-/// is built. Values are used percent-decoded, as the handler sees them, and are checked,
-/// never trusted: a placeholder with no value (or an empty one) in a request is answered
-/// with `400` ([`LockRejection::MissingKeyMaterial`]), and so is a value holding a control
-/// character or a brace ([`LockRejection::InvalidKeyMaterial`]), so no request can forge
-/// another key's name or Redis hash tag. The complete name then goes through lock-core's
-/// key validation (length, characters) before any I/O.
+/// `{{` and `}}` stand for literal braces. Each placeholder must be a whole `:`-separated
+/// segment of the template (`balance:{id}`, `{header.x-tenant}:doc:{id}`; not
+/// `balance-{id}` or `{a}{b}`), and the literal text may not hold a `%`, which is reserved
+/// for escaped values. The template is parsed once, when the layer is built.
+///
+/// Values are used percent-decoded, as the handler sees them, and are checked, never
+/// trusted: a placeholder with no value (or an empty one) in a request is answered with
+/// `400` ([`LockRejection::MissingKeyMaterial`]), and so is a value holding a control
+/// character or a brace ([`LockRejection::InvalidKeyMaterial`]). A value is then written
+/// escaped, `%` as `%25` and `:` as `%3A` ([`lock_core::KeySegment`]), so that no request
+/// can forge another key's name or Redis hash tag: `balance:{id}` with the id `1:2` locks
+/// `balance:1%3A2`, not the key of `balance:{a}:{b}` with 1 and 2. A value without those
+/// characters is written as it is. The complete name then goes through lock-core's key
+/// validation (length, characters) before any I/O.
 ///
 /// ```
 /// use lock_axum::KeyTemplate;
@@ -185,6 +196,14 @@ enum Segment {
 /// assert_eq!(template.as_str(), "balance:{header.x-tenant}:{id}");
 /// assert!(KeyTemplate::parse("balance:{}").is_err());
 /// assert!(KeyTemplate::parse("balance:{cookie.sid}").is_err());
+///
+/// let err = KeyTemplate::parse("balance-{id}").unwrap_err();
+/// assert_eq!(err.position(), 8);
+/// assert!(err.reason().starts_with("`{id}` follows `-`: a placeholder must be a whole"));
+/// assert_eq!(
+///     KeyTemplate::parse("50%:{id}").unwrap_err().reason(),
+///     "`%` is reserved for escaped values"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
@@ -242,10 +261,32 @@ impl KeyTemplate {
                     };
                     let segment = parse_placeholder(&template[start..end])
                         .map_err(|reason| TemplateError::new(template, start, reason))?;
+                    let written = &template[i..=end];
+                    if let Some(c) = literal.chars().next_back().filter(|&c| c != ':') {
+                        return Err(TemplateError::new(
+                            template,
+                            i,
+                            format!("`{written}` follows `{c}`: {WHOLE_SEGMENT}"),
+                        ));
+                    }
+                    if let Some(&(j, c)) = chars.peek().filter(|&&(_, c)| c != ':') {
+                        return Err(TemplateError::new(
+                            template,
+                            j,
+                            format!("`{written}` is followed by `{c}`: {WHOLE_SEGMENT}"),
+                        ));
+                    }
                     if !literal.is_empty() {
                         segments.push(Segment::Literal(std::mem::take(&mut literal)));
                     }
                     segments.push(segment);
+                }
+                '%' => {
+                    return Err(TemplateError::new(
+                        template,
+                        i,
+                        "`%` is reserved for escaped values",
+                    ));
                 }
                 c if c.is_control() => {
                     return Err(TemplateError::new(
@@ -271,6 +312,10 @@ impl KeyTemplate {
         &self.source
     }
 }
+
+/// Why a placeholder must be a whole segment, for the errors that say it is not.
+const WHOLE_SEGMENT: &str = "a placeholder must be a whole `:`-separated segment, \
+                             so that no value can pass for part of another key";
 
 fn parse_placeholder(p: &str) -> Result<Segment, String> {
     if p.is_empty() {
@@ -357,7 +402,8 @@ impl KeyExtractor for KeyTemplate {
     }
 }
 
-/// Appends one request-supplied value to the key after checking it.
+/// Appends one request-supplied value to the key after checking it, escaped as a
+/// [`KeySegment`].
 fn push_value(
     key: &mut String,
     value: &str,
@@ -375,7 +421,8 @@ fn push_value(
     if value.contains(['{', '}']) {
         return Err(LockRejection::invalid(what(), "contains a brace"));
     }
-    key.push_str(value);
+    // writing to a String cannot fail
+    let _ = write!(key, "{}", KeySegment(value));
     Ok(())
 }
 
@@ -396,14 +443,15 @@ impl<F> fmt::Debug for KeyFn<F> {
 /// ```
 /// use http::request::Parts;
 /// use lock_axum::{LockLayer, PathParams, key_fn};
-/// use lock_core::Locker;
+/// use lock_core::{KeySegment, Locker};
 ///
 /// // one lock per (user, document); anonymous requests are not locked
 /// let extractor = key_fn(|parts: &Parts| {
 ///     let Some(user) = parts.headers.get("x-user").and_then(|v| v.to_str().ok()) else {
 ///         return Ok(None);
 ///     };
-///     Ok(PathParams::of(parts).get("doc").map(|doc| format!("doc:{doc}:{user}")))
+///     let doc = PathParams::of(parts).get("doc");
+///     Ok(doc.map(|doc| format!("doc:{}:{}", KeySegment(doc), KeySegment(user))))
 /// });
 /// let layer = LockLayer::with_extractor(Locker::in_memory(), extractor);
 /// # let _ = layer;
@@ -451,7 +499,7 @@ mod tests {
 
     #[test]
     fn parses_placeholders_and_escapes() {
-        let t = KeyTemplate::parse("a{{b}}:{id}:{query.q}-{header.X-Tenant}").unwrap();
+        let t = KeyTemplate::parse("a{{b}}:{id}:{query.q}:{header.X-Tenant}").unwrap();
         assert_eq!(
             t.segments,
             vec![
@@ -459,11 +507,11 @@ mod tests {
                 Segment::Path("id".into()),
                 Segment::Literal(":".into()),
                 Segment::Query("q".into()),
-                Segment::Literal("-".into()),
+                Segment::Literal(":".into()),
                 Segment::Header(HeaderName::from_static("x-tenant")),
             ]
         );
-        assert_eq!(t.to_string(), "a{{b}}:{id}:{query.q}-{header.X-Tenant}");
+        assert_eq!(t.to_string(), "a{{b}}:{id}:{query.q}:{header.X-Tenant}");
         assert_eq!(
             KeyTemplate::parse("global").unwrap().segments,
             vec![Segment::Literal("global".into())]
@@ -484,6 +532,18 @@ mod tests {
             ("a:{header.bad:name}", 3, "not a valid header name"),
             ("a:{*rest}", 3, "without `*`"),
             ("a:\n", 2, "control characters"),
+            (
+                "balance-{id}",
+                8,
+                "`{id}` follows `-`: a placeholder must be a whole",
+            ),
+            ("x{a}:y", 1, "`{a}` follows `x`"),
+            ("{a}{b}", 3, "`{a}` is followed by `{`"),
+            ("{query.q}x", 9, "`{query.q}` is followed by `x`"),
+            ("{{{id}", 2, "`{id}` follows `{`"),
+            ("{id}}}", 4, "`{id}` is followed by `}`"),
+            ("50%:{id}", 2, "`%` is reserved for escaped values"),
+            ("a:{id}:%3A", 7, "`%` is reserved"),
         ];
         for (template, position, reason) in cases {
             let err = KeyTemplate::parse(template).unwrap_err();
@@ -547,7 +607,7 @@ mod tests {
         }
     }
 
-    /// What a template with one placeholder made of `value`: the value as it is, after the
+    /// What a template with one placeholder made of `value`: the value escaped, after the
     /// template's literal, or a rejection that says why.
     fn taken_whole_or_refused(
         template: &str,
@@ -558,7 +618,7 @@ mod tests {
         match key(template, parts) {
             Ok(Some(key)) => {
                 prop_assert!(!value.is_empty() && !forging, "{value:?} was taken");
-                prop_assert_eq!(key, format!("t:{value}"));
+                prop_assert_eq!(key, format!("t:{}", KeySegment(value)));
             }
             Err(LockRejection::MissingKeyMaterial { .. }) => prop_assert!(value.is_empty()),
             Err(LockRejection::InvalidKeyMaterial { .. }) => prop_assert!(forging),
@@ -569,10 +629,65 @@ mod tests {
 
     proptest! {
         /// Any text is a template or is refused, never a panic; a template keeps its text.
+        /// Every placeholder of a template is a whole `:`-separated segment, and its text
+        /// holds no `%`.
         #[test]
-        fn any_text_is_parsed_or_refused(text in "[{}.:a-z*/ -]{0,16}|.{0,24}") {
+        fn any_text_is_parsed_or_refused(
+            text in "[{}.:%a-z*/ -]{0,16}|([a:%-]|\\{[a-z]\\}|\\{\\{|\\}\\}){0,6}|.{0,24}",
+        ) {
             if let Ok(template) = KeyTemplate::parse(&text) {
                 prop_assert_eq!(template.as_str(), text.as_str());
+                let segments = &template.segments;
+                let literal = |i: Option<usize>, ok: fn(&str) -> bool| {
+                    match i.and_then(|i| segments.get(i)) {
+                        None => true,
+                        Some(Segment::Literal(text)) => ok(text),
+                        Some(_) => false,
+                    }
+                };
+                for (i, segment) in segments.iter().enumerate() {
+                    match segment {
+                        Segment::Literal(text) => prop_assert!(!text.contains('%'), "{text:?}"),
+                        _ => prop_assert!(
+                            literal(i.checked_sub(1), |t| t.ends_with(':'))
+                                && literal(Some(i + 1), |t| t.starts_with(':')),
+                            "{segments:?}"
+                        ),
+                    }
+                }
+            }
+        }
+
+        /// A key splits on its `:`s into the template's segments, and each placeholder's
+        /// segment decodes to its value, whatever the value holds and wherever it came
+        /// from.
+        #[test]
+        fn keys_decode_to_their_values(pieces in pieces(
+            "[a-z0-9_.{}<>é漢 -]{0,4}",
+            prop_oneof!["[^{}\\p{Cc}]{1,8}", "[:%3Aa]{1,6}", Just("%3A".to_owned())],
+        )) {
+            let Some(key) = extract(&pieces) else { return Ok(()) };
+            let split: Vec<&str> = key.split(':').collect();
+            prop_assert_eq!(split.len(), pieces.len(), "{:?}", key);
+            for (segment, piece) in split.into_iter().zip(&pieces) {
+                match piece {
+                    Piece::Literal(text) => prop_assert_eq!(segment, text),
+                    Piece::Value { value, .. } => {
+                        prop_assert_eq!(KeySegment::decode(segment), Some(value.clone()));
+                    }
+                }
+            }
+        }
+
+        /// Two templates and their requests make the same key only if they name the same
+        /// segments: the same text (from the template or a value alike) between the same
+        /// `:`s. Tiny alphabets make both equal keys and forging attempts common.
+        #[test]
+        fn equal_keys_name_equal_segments(a in tiny_pieces(), b in tiny_pieces()) {
+            if let (Some(key_a), Some(key_b)) = (extract(&a), extract(&b))
+                && key_a == key_b
+            {
+                prop_assert_eq!(names(&a), names(&b), "both {:?}", key_a);
             }
         }
 
@@ -589,6 +704,134 @@ mod tests {
             let p = parts("/", &[("x-h", &header)], &[]);
             taken_whole_or_refused("t:{header.x-h}", &p, &header)?;
         }
+    }
+
+    /// One `:`-separated segment of a generated template: literal text, or a placeholder
+    /// and the value the request gives it, in the query if `query`, else in the path.
+    #[derive(Debug, Clone)]
+    enum Piece {
+        Literal(String),
+        Value { query: bool, value: String },
+    }
+
+    /// Templates that keep the rules, as their segments: text drawn from `text` (with no
+    /// `:`, `%` or control character), values from `value` (none empty, with no brace or
+    /// control character: the layer refuses those).
+    fn pieces(
+        text: &'static str,
+        value: impl Strategy<Value = String>,
+    ) -> impl Strategy<Value = Vec<Piece>> {
+        let piece = prop_oneof![
+            text.prop_map(Piece::Literal),
+            (any::<bool>(), value).prop_map(|(query, value)| Piece::Value { query, value }),
+        ];
+        proptest::collection::vec(piece, 1..5)
+    }
+
+    /// [`pieces`] over tiny alphabets.
+    fn tiny_pieces() -> impl Strategy<Value = Vec<Piece>> {
+        let value = prop_oneof![
+            "[ab]",
+            Just(":".to_owned()),
+            Just("a:b".to_owned()),
+            Just("%".to_owned()),
+            Just("%3A".to_owned()),
+        ];
+        pieces("[ab]?", value)
+    }
+
+    /// The key the template `pieces` make extracts from a request that carries their
+    /// values, each form-encoded in the query or as a path parameter. `None` for the
+    /// empty template.
+    fn extract(pieces: &[Piece]) -> Option<String> {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        let mut params = Vec::new();
+        let written: Vec<String> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, piece)| match piece {
+                Piece::Literal(text) => text.replace('{', "{{").replace('}', "}}"),
+                Piece::Value { query: true, value } => {
+                    query.append_pair(&format!("q{i}"), value);
+                    format!("{{query.q{i}}}")
+                }
+                Piece::Value {
+                    query: false,
+                    value,
+                } => {
+                    params.push((format!("p{i}"), value.as_str()));
+                    format!("{{p{i}}}")
+                }
+            })
+            .collect();
+        let template = KeyTemplate::parse(&written.join(":")).ok()?;
+        let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let p = parts(&format!("/?{}", query.finish()), &[], &params);
+        Some(template.extract(&p).unwrap().unwrap())
+    }
+
+    /// What a template and its values name: each segment's text.
+    fn names(pieces: &[Piece]) -> Vec<&str> {
+        pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Literal(text) | Piece::Value { value: text, .. } => text.as_str(),
+            })
+            .collect()
+    }
+
+    /// The forgeries the segment rule and the escaping stop: each pair made one key before.
+    #[test]
+    fn forged_keys_differ() {
+        let cases = [
+            // t:{a}:{b}: "x:y", "z" against "x", "y:z"
+            (
+                "t:{a}:{b}",
+                parts("/", &[], &[("a", "x:y"), ("b", "z")]),
+                "t:x%3Ay:z",
+            ),
+            (
+                "t:{a}:{b}",
+                parts("/", &[], &[("a", "x"), ("b", "y:z")]),
+                "t:x:y%3Az",
+            ),
+            // balance:{id} with "1:2" against balance:{a}:{b} with 1, 2
+            (
+                "balance:{id}",
+                parts("/", &[], &[("id", "1:2")]),
+                "balance:1%3A2",
+            ),
+            (
+                "balance:{a}:{b}",
+                parts("/", &[], &[("a", "1"), ("b", "2")]),
+                "balance:1:2",
+            ),
+            // from a header and the query, and a value that looks escaped already
+            (
+                "doc:{header.x-tenant}:{query.name}",
+                parts("/?name=readme", &[("x-tenant", "acme:x")], &[]),
+                "doc:acme%3Ax:readme",
+            ),
+            (
+                "doc:{header.x-tenant}:{query.name}",
+                parts("/?name=x%3Areadme", &[("x-tenant", "acme")], &[]),
+                "doc:acme:x%3Areadme",
+            ),
+            ("doc:{id}", parts("/", &[], &[("id", "%3A")]), "doc:%253A"),
+        ];
+        for (template, parts, expected) in &cases {
+            assert_eq!(
+                key(template, parts).unwrap().unwrap(),
+                *expected,
+                "{template}"
+            );
+        }
+        // ordinary values keep the keys they had
+        let p = parts("/?q=7f3c-aa01", &[], &[("id", "42")]);
+        assert_eq!(
+            key("a:{id}:{query.q}", &p).unwrap().unwrap(),
+            "a:42:7f3c-aa01"
+        );
     }
 
     #[test]

@@ -53,13 +53,15 @@
 //! # Naming the lock
 //!
 //! [`LockLayer::new`] takes a [`KeyTemplate`]: literal text with `{name}` (a path
-//! parameter, spelled as in the route), `{query.name}` and `{header.name}` placeholders.
-//! The template is parsed once, when the layer is built; a malformed one panics there (or
-//! is an error from [`LockLayer::try_new`]). Anything else, such as a key taken from the
-//! authenticated user or a choice not to lock some requests, is a [`KeyExtractor`]: a
-//! type of your own, or a closure through [`key_fn`]. Request values are checked, never
-//! trusted (see [`KeyTemplate`]), and the complete name goes through lock-core's key
-//! validation before anything is sent to Redis.
+//! parameter, spelled as in the route), `{query.name}` and `{header.name}` placeholders,
+//! each a whole `:`-separated segment (`balance:{header.x-tenant}:{id}`). The template is
+//! parsed once, when the layer is built; a malformed one panics there (or is an error from
+//! [`LockLayer::try_new`]). Anything else, such as a key taken from the authenticated user
+//! or a choice not to lock some requests, is a [`KeyExtractor`]: a type of your own, or a
+//! closure through [`key_fn`]. Request values are checked, never trusted, and written
+//! escaped (`:` as `%3A`, `%` as `%25`), so that no value can pass for part of another key
+//! (see [`KeyTemplate`]); the complete name goes through lock-core's key validation before
+//! anything is sent to Redis.
 //!
 //! # Why `route_layer`
 //!

@@ -240,7 +240,7 @@ mod tests;
 
 pub use error::LockError;
 pub use guard::LockGuard;
-pub use key::{DEFAULT_MAX_KEY_LEN, LockKey};
+pub use key::{DEFAULT_MAX_KEY_LEN, KeySegment, LockKey};
 pub use kind::LockKind;
 pub use locker::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_SAFETY_POLL,
@@ -262,7 +262,7 @@ pub use lock_macros::distributed_lock;
 /// What `#[distributed_lock]` expands to. Not public API: no stability guarantees.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::{LockError, LockGuard, LockKind, LockOptions, Locker, MultiGuard};
+    pub use crate::{KeySegment, LockError, LockGuard, LockKind, LockOptions, Locker, MultiGuard};
     pub use std::time::Duration;
 
     /// The locker set with [`Locker::set_global`], or the error saying how to set one.

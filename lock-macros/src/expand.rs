@@ -138,7 +138,7 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
 
     let (key_binding, guard_type, lock, with_lock, release) = match &args.keys {
         Keys::One(template) => {
-            let key = key_expr(template);
+            let key = key_expr(template, &private);
             (
                 quote!(let __lock_key: ::std::string::String = #key;),
                 quote!(#private::LockGuard),
@@ -149,7 +149,7 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         }
         Keys::Many(templates) => {
             let n = templates.len();
-            let keys = templates.iter().map(key_expr);
+            let keys = templates.iter().map(|t| key_expr(t, &private));
             (
                 quote!(let __lock_keys: [::std::string::String; #n] = [#(#keys),*];),
                 quote!(#private::MultiGuard),
@@ -308,15 +308,25 @@ fn bound_names(pat: &Pat, out: &mut Vec<String>) {
     }
 }
 
-/// `::std::format!("balance:{}", id)` for a template, spanned at its literal so that a
-/// placeholder whose type is not `Display` is reported there.
-fn key_expr(template: &Template) -> TokenStream {
+/// `::std::format!("balance:{}", ::lock_core::__private::KeySegment(&id))` for a
+/// template: each value escaped, so that it cannot pass for part of another key. Spanned at
+/// the template's literal, so that a placeholder whose type is not `Display` is reported
+/// there.
+fn key_expr(template: &Template, private: &TokenStream) -> TokenStream {
     let span = template.span;
     let fmt = LitStr::new(&template.format_string(), span);
+    // The path too, or the error would span it, the whole attribute, as well.
+    let segment: TokenStream = quote!(#private::KeySegment)
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(span);
+            token
+        })
+        .collect();
     let args = template.paths().map(|path| {
         let root = Ident::new(&path[0], span);
         let fields = path[1..].iter().map(|f| member(f, span));
-        quote_spanned!(span=> #root #(.#fields)*)
+        quote_spanned!(span=> #segment(&#root #(.#fields)*))
     });
     quote_spanned!(span=> ::std::format!(#fmt #(, #args)*))
 }
@@ -356,7 +366,9 @@ mod tests {
         assert!(out.starts_with("# [doc = r\" Docs stay.\"] pub (crate) async fn deposit (id : u64) -> Result < u64 , AppError >"), "{out}");
         assert!(out.contains("let __lock_locker : :: lock_core :: __private :: Locker = match :: lock_core :: __private :: global ()"), "{out}");
         assert!(
-            out.contains(":: std :: format ! (\"balance:{}\" , id)"),
+            out.contains(
+                ":: std :: format ! (\"balance:{}\" , :: lock_core :: __private :: KeySegment (& id))"
+            ),
             "{out}"
         );
         assert!(
@@ -395,7 +407,8 @@ mod tests {
         );
         assert!(
             out.contains(
-                "[:: std :: format ! (\"a:{}\" , from) , :: std :: format ! (\"a:{}\" , to . 0)]"
+                "[:: std :: format ! (\"a:{}\" , my :: lc :: __private :: KeySegment (& from)) , \
+                 :: std :: format ! (\"a:{}\" , my :: lc :: __private :: KeySegment (& to . 0))]"
             ),
             "{out}"
         );
@@ -424,7 +437,7 @@ mod tests {
             ),
         );
         assert!(
-            out.contains("format ! (\"{{x}}:{}\" , self . account_id)"),
+            out.contains("format ! (\"{{x}}:{}\" , :: lock_core :: __private :: KeySegment (& self . account_id))"),
             "{out}"
         );
     }
@@ -516,7 +529,7 @@ mod tests {
                 Ok(())
             }
         );
-        let args: Args = syn::parse2(quote!(keys = ["{id}{a}{b}{x}"])).unwrap();
+        let args: Args = syn::parse2(quote!(keys = ["{id}:{a}:{b}:{x}"])).unwrap();
         assert!(expand(&args, &syn::parse2(f.clone()).unwrap()).is_ok());
 
         let err = error_of(quote!(key = "{idd}"), f.clone());

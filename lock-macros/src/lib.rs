@@ -86,6 +86,13 @@ mod template;
 ///   braces. Or `keys = ["balance:{from}", "balance:{to}"]`: several locks, taken together
 ///   without deadlock (de-duplicated and taken in one global order, whatever the order of
 ///   the arguments). Exactly one of `key` and `keys` is required.
+///
+///   A placeholder is a whole `:`-separated segment of the template (`balance:{id}`,
+///   `{tenant}:x:{id}`; not `balance-{id}` or `{a}{b}`), the text holds no `%`, and each
+///   value is written escaped, `%` as `%25`, `:` as `%3A`, `{` as `%7B` and `}` as `%7D`
+///   (by `lock_core::KeySegment`), so that no value can pass for part of another key:
+///   `balance:{id}` with the id `"1:2"` locks `balance:1%3A2`, not the key of
+///   `balance:{a}:{b}` with 1 and 2. A value without those characters is written as it is.
 /// - `locker = <expr>`: the `Locker` (or `&Locker`, `Arc<Locker>`, ..), any expression over
 ///   the parameters, e.g. `self.locker` or `state.locker`. Default: the one set with
 ///   `Locker::set_global`; if none is, the fn returns `LockError::Config` (converted into
@@ -115,9 +122,9 @@ mod template;
 /// holds re-enter instead of deadlocking. The returned future is `Send` when the body is.
 ///
 /// Mistakes are compile errors at the offending token: a fn that is not `async` or does not
-/// return a `Result`, a placeholder that names no parameter, a malformed template, a bad
-/// duration, a missing, unknown or repeated option, `permits = 0`, or `permits` with
-/// `mode` or `keys`.
+/// return a `Result`, a placeholder that names no parameter or is not a whole segment, a `%`
+/// in a template's text, a malformed template, a bad duration, a missing, unknown or
+/// repeated option, `permits = 0`, or `permits` with `mode` or `keys`.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(attr.into(), item.into()).into()

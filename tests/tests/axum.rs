@@ -633,6 +633,39 @@ async fn held_lock_extractor_sees_increasing_fencing_tokens() {
     }
 }
 
+/// A path parameter holding a `:` or a `%` is escaped in the key, so `balance:{id}` with
+/// `1:2` is not `balance:{a}:{b}` with 1 and 2; ordinary values keep their keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_are_escaped_so_none_forges_another_key() {
+    let redis = RedisServer::spawn();
+    let locker = connect(&redis).await;
+    let held = || post(|Extension(lock): Extension<HeldLock>| async move { lock.key().to_owned() });
+    let app = Router::new()
+        .route("/accounts/{id}", held())
+        .route_layer(LockLayer::new(locker.clone(), "balance:{id}"))
+        .merge(
+            Router::new()
+                .route("/pairs/{a}/{b}", held())
+                .route_layer(LockLayer::new(locker, "balance:{a}:{b}")),
+        );
+    let addr = serve(app).await;
+    let client = client();
+    for (path, key) in [
+        ("/accounts/1%3A2", "balance:1%3A2"),
+        ("/pairs/1/2", "balance:1:2"),
+        ("/accounts/50%25", "balance:50%25"),
+        ("/accounts/%253A", "balance:%253A"),
+        ("/accounts/42", "balance:42"),
+    ] {
+        let reply = post_to(&client, addr, path).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, key),
+            "{path}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn works_with_state_nested_routers_and_router_layer() {
     let redis = RedisServer::spawn();

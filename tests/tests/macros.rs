@@ -71,6 +71,7 @@ on_both_backends! {
     guard_fencing_token_increases
         => guard_fencing_token_increases_redis, guard_fencing_token_increases_memory;
     method_uses_self_locker => method_uses_self_locker_redis, method_uses_self_locker_memory;
+    values_cannot_forge_keys => values_cannot_forge_keys_redis, values_cannot_forge_keys_memory;
     expired_lease_cancels_body
         => expired_lease_cancels_body_redis, expired_lease_cancels_body_memory;
     question_mark_and_return_release
@@ -400,6 +401,60 @@ async fn method_uses_self_locker(locker: Locker) {
 
     assert_eq!(account.append("b").await.expect("append"), 2);
     assert_eq!(account.close().await.expect("close"), ["a", "b"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Values are escaped: none makes another template's key.
+
+#[distributed_lock(key = "t:{a}:{b}", locker = locker, wait = "0s", guard = lock)]
+async fn t_key(locker: &Locker, a: &str, b: &str) -> Result<String, AppError> {
+    Ok(lock.key().to_owned())
+}
+
+#[distributed_lock(key = "balance:{id}", locker = locker, wait = "0s", guard = lock)]
+async fn balance_key(locker: &Locker, id: &str) -> Result<String, AppError> {
+    Ok(lock.key().to_owned())
+}
+
+#[distributed_lock(key = "balance:{a}:{b}", locker = locker, wait = "0s", guard = lock)]
+async fn balance_pair_key(locker: &Locker, a: u64, b: u64) -> Result<String, AppError> {
+    Ok(lock.key().to_owned())
+}
+
+async fn values_cannot_forge_keys(locker: Locker) {
+    let key = |result: Result<String, AppError>| result.map_err(AppError::lock_error).unwrap();
+    // once, both made `t:x:y:z`
+    assert_eq!(key(t_key(&locker, "x:y", "z").await), "t:x%3Ay:z");
+    assert_eq!(key(t_key(&locker, "x", "y:z").await), "t:x:y%3Az");
+    // once, both made `balance:1:2`
+    assert_eq!(key(balance_key(&locker, "1:2").await), "balance:1%3A2");
+    assert_eq!(key(balance_pair_key(&locker, 1, 2).await), "balance:1:2");
+    // an escape in a value is escaped in turn; ordinary values keep their keys
+    assert_eq!(key(balance_key(&locker, "%3A").await), "balance:%253A");
+    assert_eq!(key(balance_key(&locker, "42").await), "balance:42");
+
+    // While another task holds `balance:{a}:{b}` for 1, 2, `balance:{id}` for "1:2" is
+    // another lock, free.
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker.lock("balance:1:2").await.expect("lock");
+            held_tx.send(()).unwrap();
+            let _ = done_rx.await;
+            guard.release().await.expect("release");
+        }
+    });
+    held_rx.await.expect("holder took the lock");
+    let err = balance_pair_key(&locker, 1, 2)
+        .await
+        .unwrap_err()
+        .lock_error();
+    assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(key(balance_key(&locker, "1:2").await), "balance:1%3A2");
+    done_tx.send(()).unwrap();
+    holder.await.expect("holder");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! Every option, `<arg>` placeholders, field paths, escaped braces.
+//! Every option, `<arg>` placeholders, field paths, escaped braces, escaped values.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ struct Order {
 }
 
 #[distributed_lock(
-    key = "{{order}}:<order.id>:{order.customer.0}-{order.customer.1}",
+    key = "{{order}}:<order.id>:{order.customer.0}:{order.customer.1}",
     locker = locker,
     wait = "250ms",
     lease = "1m30s",
@@ -28,7 +28,7 @@ async fn main() {
     let locker = Arc::new(Locker::in_memory());
     let order = Order {
         id: 7,
-        customer: ("ada".to_owned(), 3),
+        customer: ("ada:lovelace".to_owned(), 3),
     };
-    assert_eq!(ship(locker, &order).await.unwrap(), "{order}:7:ada-3");
+    assert_eq!(ship(locker, &order).await.unwrap(), "{order}:7:ada%3Alovelace:3");
 }
