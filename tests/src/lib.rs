@@ -30,9 +30,15 @@
 //! # let _ = (masters, cluster, with_replicas, sentinel);
 //! ```
 //!
-//! The harness is std only, so it compiles in seconds. It needs `redis-server` (and, for a
-//! cluster, `redis-cli`) on `PATH`; if it is missing, spawning fails with one line that says how
-//! to install it. Everything here is safe to use from tests running in parallel threads: each
+//! Connections through a [`TcpProxy`] can be cut at any moment, mid-command.
+//!
+//! The harness library is std only. The `torture` binary beside it runs lock-core itself,
+//! in several processes, under every fault the harness can inject, and checks that no
+//! update is lost: `cargo run --release -p lock-tests --bin torture` (`--help` for its
+//! options).
+//!
+//! It needs `redis-server` (and, for a cluster, `redis-cli`) on `PATH`; if it is missing,
+//! spawning fails with one line that says how to install it. Everything here is safe to use from tests running in parallel threads: each
 //! server gets its own port and temp dir.
 //!
 //! When a test panics, every [`RedisServer`] it drops prints its log to stderr, each line
@@ -41,6 +47,7 @@
 
 mod cluster;
 mod error;
+mod proxy;
 mod resp;
 mod sentinel;
 mod server;
@@ -50,6 +57,7 @@ use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
 pub use error::HarnessError;
+pub use proxy::TcpProxy;
 pub use resp::{Resp, encode_command};
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::RedisServer;

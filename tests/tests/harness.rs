@@ -4,7 +4,9 @@ use std::io::{BufReader, ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use lock_tests::{HarnessError, RedisCluster, RedisServer, Resp, encode_command, wait_until};
+use lock_tests::{
+    HarnessError, RedisCluster, RedisServer, Resp, TcpProxy, encode_command, wait_until,
+};
 
 const SHORT: Duration = Duration::from_millis(200);
 const WAIT: Duration = Duration::from_secs(10);
@@ -282,6 +284,44 @@ fn try_spawn_from_runs_the_given_binary() {
     let server = RedisServer::try_spawn_from("redis-server", &["--maxclients", "77"]).unwrap();
     let reply = server.cmd(&["CONFIG", "GET", "maxclients"]).unwrap();
     assert_eq!(reply.as_array().unwrap()[1], bulk("77"));
+}
+
+/// Sends `args` over `stream` and reads the reply; `None` if either fails.
+fn send(stream: &TcpStream, args: &[&str]) -> Option<Resp> {
+    (&*stream).write_all(&encode_command(args)).ok()?;
+    Resp::read_from(&mut BufReader::new(stream)).ok()
+}
+
+#[test]
+fn a_proxy_forwards_until_it_cuts_every_connection() {
+    let server = RedisServer::spawn();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    assert_eq!(proxy.url(), format!("redis://{}/", proxy.addr()));
+    let connect = || {
+        let stream = TcpStream::connect(proxy.addr()).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        stream
+    };
+    let (first, second) = (connect(), connect());
+    assert_eq!(send(&first, &["SET", "k", "v"]), Some(ok()));
+    assert_eq!(send(&second, &["GET", "k"]), Some(bulk("v")));
+
+    assert_eq!(proxy.cut(), 2);
+    for stream in [&first, &second] {
+        assert_eq!(send(stream, &["PING"]), None, "a cut connection answered");
+    }
+    // The server saw its side closed too, and a new connection is served.
+    wait_until(WAIT, "the server to drop the cut connections", || {
+        server
+            .cmd(&["CLIENT", "LIST"])
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .lines()
+            .count()
+            == 1
+    });
+    assert_eq!(send(&connect(), &["GET", "k"]), Some(bulk("v")));
 }
 
 #[test]

@@ -1,0 +1,241 @@
+//! The ledger: a Redis that no scenario faults, holding for each lock key the counter the
+//! critical sections update, the fence that guards it, who is inside, and the tallies the
+//! checker reads back.
+//!
+//! Per key `K`, the hash `torture:K` has the fields `value`, `newest_token`, `accepted`,
+//! `refused` (writes), `refused_reads`, `overlaps` and `granted_twice`; the set `torture:K:inside` holds
+//! `"{pid}:{token}"` for each section running now, and `torture:K:granted` every token a
+//! section ever ran under. The hash `torture:stats` counts the workers' events.
+
+use lock_tests::{HarnessError, RedisServer};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, RedisResult, Script};
+
+/// Enters the critical section: notes the token as granted (a second grant of the same
+/// token is counted), and the caller as inside (anyone else inside is an overlap).
+/// KEYS: the hash, `:inside`, `:granted`; ARGV: `"{pid}:{token}"`, the token.
+const ENTER: &str = r"
+if redis.call('SADD', KEYS[3], ARGV[2]) == 0 then
+  redis.call('HINCRBY', KEYS[1], 'granted_twice', 1)
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+if redis.call('SCARD', KEYS[2]) > 1 then
+  redis.call('HINCRBY', KEYS[1], 'overlaps', 1)
+end
+";
+
+/// The fence, in front of every access under a token: refuses a token older than the
+/// newest one seen, else makes it the newest. Tokens are compared as decimal strings,
+/// since they may not fit a Lua number exactly.
+const FENCE: &str = r"
+local function fence(hash, token, refused)
+  local newest = redis.call('HGET', hash, 'newest_token') or ''
+  if #token > #newest or (#token == #newest and token >= newest) then
+    redis.call('HSET', hash, 'newest_token', token)
+    return true
+  end
+  redis.call('HINCRBY', hash, refused, 1)
+  return false
+end
+";
+
+/// The fenced read: the counter, or -1 if the token is stale.
+/// KEYS: the hash; ARGV: the token.
+const READ: &str = r"
+if not fence(KEYS[1], ARGV[1], 'refused_reads') then return -1 end
+return tonumber(redis.call('HGET', KEYS[1], 'value') or '0')
+";
+
+/// The fenced write: sets the counter, unless the token is stale. Returns 1 if it was
+/// accepted, 0 if refused.
+/// KEYS: the hash; ARGV: the token, the new value.
+const WRITE: &str = r"
+if not fence(KEYS[1], ARGV[1], 'refused') then return 0 end
+redis.call('HSET', KEYS[1], 'value', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'accepted', 1)
+return 1
+";
+
+const STATS: &str = "torture:stats";
+
+fn hash(key: &str) -> String {
+    format!("torture:{key}")
+}
+
+fn inside(key: &str) -> String {
+    format!("torture:{key}:inside")
+}
+
+fn granted(key: &str) -> String {
+    format!("torture:{key}:granted")
+}
+
+/// What a worker counts in the ledger, besides the sections' own writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Event {
+    /// A critical section ran to its end.
+    Section,
+    /// A lease was lost: the section was cancelled.
+    Lost,
+    /// A release found the lock no longer its own.
+    ReleaseFoundItGone,
+    /// A lock call waited its whole wait.
+    Timeout,
+    /// A lock call failed otherwise (the store unreachable, no quorum).
+    LockError,
+}
+
+impl Event {
+    fn field(self) -> &'static str {
+        match self {
+            Event::Section => "sections",
+            Event::Lost => "lost",
+            Event::ReleaseFoundItGone => "release_found_it_gone",
+            Event::Timeout => "timeouts",
+            Event::LockError => "lock_errors",
+        }
+    }
+}
+
+/// A worker's handle on the ledger.
+#[derive(Clone)]
+pub(crate) struct Ledger {
+    conn: MultiplexedConnection,
+    enter: Script,
+    read: Script,
+    write: Script,
+    pid: u32,
+}
+
+impl Ledger {
+    pub(crate) async fn connect(url: &str) -> RedisResult<Ledger> {
+        let conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        Ok(Ledger {
+            conn,
+            enter: Script::new(ENTER),
+            read: Script::new(&format!("{FENCE}{READ}")),
+            write: Script::new(&format!("{FENCE}{WRITE}")),
+            pid: std::process::id(),
+        })
+    }
+
+    pub(crate) async fn enter(&self, key: &str, token: u64) -> RedisResult<()> {
+        self.enter
+            .key(hash(key))
+            .key(inside(key))
+            .key(granted(key))
+            .arg(self.member(token))
+            .arg(token.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+    }
+
+    pub(crate) async fn leave(&self, key: &str, token: u64) -> RedisResult<()> {
+        self.conn
+            .clone()
+            .srem(inside(key), self.member(token))
+            .await
+    }
+
+    /// The counter, or `None` if a newer token has been seen.
+    pub(crate) async fn read(&self, key: &str, token: u64) -> RedisResult<Option<u64>> {
+        let value: i64 = self
+            .read
+            .key(hash(key))
+            .arg(token.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(u64::try_from(value).ok())
+    }
+
+    /// Writes the counter, unless a newer token has been seen (the ledger counts it).
+    pub(crate) async fn write(&self, key: &str, token: u64, value: u64) -> RedisResult<()> {
+        let _accepted: i64 = self
+            .write
+            .key(hash(key))
+            .arg(token.to_string())
+            .arg(value)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn count(&self, event: Event) -> RedisResult<()> {
+        self.conn.clone().hincr(STATS, event.field(), 1).await
+    }
+
+    fn member(&self, token: u64) -> String {
+        format!("{}:{token}", self.pid)
+    }
+}
+
+/// What the checker reads back for one key.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct KeyTally {
+    pub(crate) value: u64,
+    pub(crate) accepted: u64,
+    pub(crate) refused: u64,
+    pub(crate) refused_reads: u64,
+    pub(crate) overlaps: u64,
+    pub(crate) granted_twice: u64,
+}
+
+impl KeyTally {
+    pub(crate) fn read(ledger: &RedisServer, key: &str) -> Result<KeyTally, HarnessError> {
+        let hash = hash(key);
+        let field = |name| count(ledger, &hash, name);
+        Ok(KeyTally {
+            value: field("value")?,
+            accepted: field("accepted")?,
+            refused: field("refused")?,
+            refused_reads: field("refused_reads")?,
+            overlaps: field("overlaps")?,
+            granted_twice: field("granted_twice")?,
+        })
+    }
+
+    /// Accepted writes the counter does not show: two sections wrote what they read from
+    /// the same value.
+    pub(crate) fn lost_updates(&self) -> u64 {
+        self.accepted.abs_diff(self.value)
+    }
+}
+
+/// How many times workers counted `event`.
+pub(crate) fn events(ledger: &RedisServer, event: Event) -> Result<u64, HarnessError> {
+    count(ledger, STATS, event.field())
+}
+
+/// The count in the field `field` of the hash `hash`: 0 if there is none.
+fn count(ledger: &RedisServer, hash: &str, field: &str) -> Result<u64, HarnessError> {
+    let reply = ledger.cmd(&["HGET", hash, field])?;
+    Ok(reply.as_str().and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+/// Takes the process `pid`, killed, out of every section it was in: a dead process
+/// writes nothing more, and would otherwise count as inside forever.
+pub(crate) fn forget_process(
+    ledger: &RedisServer,
+    keys: &[String],
+    pid: u32,
+) -> Result<(), HarnessError> {
+    let prefix = format!("{pid}:");
+    for key in keys {
+        let members = ledger.cmd(&["SMEMBERS", &inside(key)])?;
+        for member in members.as_array().unwrap_or_default() {
+            if let Some(member) = member.as_str().filter(|m| m.starts_with(&prefix)) {
+                ledger.cmd(&["SREM", &inside(key), member])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The writes accepted so far over `keys`.
+pub(crate) fn accepted(ledger: &RedisServer, keys: &[String]) -> Result<u64, HarnessError> {
+    keys.iter()
+        .map(|key| KeyTally::read(ledger, key).map(|t| t.accepted))
+        .sum()
+}

@@ -1,0 +1,557 @@
+//! The scenarios: a deployment, a fault and its expected outcome; and one run of a
+//! scenario, from starting the servers to judging the ledger.
+
+use std::io;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_tests::RedisServer;
+
+use crate::ledger::{self, Event, KeyTally};
+use crate::options::Options;
+use crate::report::Row;
+use crate::store::{Deployment, Store};
+use crate::worker::{self, Sections};
+
+/// How long workers get to stop once told to, before they count as hung.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often the connections are cut, or the pub/sub connections dropped.
+const CUT_EVERY: Duration = Duration::from_millis(300);
+/// How often the ledger is sampled while a dead holder's locks are waited for.
+const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// How much later than its lease a dead holder's lock may free, for scheduling.
+const FREE_SLACK: Duration = Duration::from_millis(500);
+
+/// What the main process does to the store or to a worker, while the workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Nothing.
+    None,
+    /// The store frozen (SIGSTOP) for two leases while locks are held, then resumed.
+    StorePaused,
+    /// The store killed and started again, empty.
+    StoreRestarted,
+    /// A worker process killed (SIGKILL) while it holds locks.
+    HolderKilled,
+    /// A worker process frozen (SIGSTOP) for two leases, then resumed.
+    HolderPaused,
+    /// Every connection through the proxy cut, again and again, mid-command.
+    ConnectionsCut,
+    /// Every pub/sub connection dropped (`CLIENT KILL TYPE pubsub`), again and again.
+    PubSubDropped,
+    /// A cluster master killed; its replica takes over.
+    MasterKilled,
+    /// A Sentinel failover to the replica.
+    Failover,
+    /// Two of five RedLock masters paused (a minority), resumed; then three (a majority).
+    MinorityThenMajorityPaused,
+}
+
+/// A deployment, a fault and what must hold afterwards.
+#[derive(Debug)]
+pub(crate) struct Scenario {
+    pub(crate) name: &'static str,
+    pub(crate) deployment: Deployment,
+    pub(crate) fault: Fault,
+    pub(crate) sections: Sections,
+    /// The expected outcome, beyond what every scenario must show: no lost update, no
+    /// token granted twice, every worker stopping when told, and progress after the
+    /// fault.
+    pub(crate) expected: &'static str,
+}
+
+pub(crate) const ALL: &[Scenario] = &[
+    Scenario {
+        name: "steady",
+        deployment: Deployment::Single,
+        fault: Fault::None,
+        sections: Sections::OneSlowHolder,
+        expected: "no overlap, no stale write",
+    },
+    Scenario {
+        name: "store-paused",
+        deployment: Deployment::Single,
+        fault: Fault::StorePaused,
+        sections: Sections::OneSlowHolder,
+        expected: "holders see their leases lost; stale writes refused",
+    },
+    Scenario {
+        name: "store-restarted",
+        deployment: Deployment::Single,
+        fault: Fault::StoreRestarted,
+        sections: Sections::OneSlowHolder,
+        expected: "the store forgets its locks, so one may be granted twice: the older \
+                   holder's reads and writes refused; tokens keep rising; locks served again \
+                   without restarting a worker",
+    },
+    Scenario {
+        name: "holder-killed",
+        deployment: Deployment::Single,
+        fault: Fault::HolderKilled,
+        sections: Sections::Short,
+        expected: "its locks free when their lease ends, not later",
+    },
+    Scenario {
+        name: "holder-paused",
+        deployment: Deployment::Single,
+        fault: Fault::HolderPaused,
+        sections: Sections::OneSlowHolder,
+        expected: "its writes refused once it resumes; its release frees nothing of others'",
+    },
+    Scenario {
+        name: "connections-cut",
+        deployment: Deployment::Proxied,
+        fault: Fault::ConnectionsCut,
+        sections: Sections::Short,
+        expected: "no overlap, no stale write: no lock leaked or granted twice",
+    },
+    Scenario {
+        name: "pubsub-dropped",
+        deployment: Deployment::Single,
+        fault: Fault::PubSubDropped,
+        sections: Sections::Short,
+        expected: "no overlap, no stale write; waiters poll, then subscribe again",
+    },
+    Scenario {
+        name: "cluster-master-killed",
+        deployment: Deployment::Cluster,
+        fault: Fault::MasterKilled,
+        sections: Sections::OneSlowHolder,
+        expected: "locks served again once the replica takes over",
+    },
+    Scenario {
+        name: "sentinel-failover",
+        deployment: Deployment::Sentinel,
+        fault: Fault::Failover,
+        sections: Sections::OneSlowHolder,
+        expected: "locks served by the new master; stale writes refused",
+    },
+    Scenario {
+        name: "redlock-paused",
+        deployment: Deployment::RedLock,
+        fault: Fault::MinorityThenMajorityPaused,
+        sections: Sections::OneSlowHolder,
+        expected: "progress with a minority paused; leases lost with a majority paused",
+    },
+];
+
+/// What the fault did, for the checks.
+#[derive(Debug, Default)]
+struct Injected {
+    faults: u64,
+    /// For a killed holder: the longest time a key went without an accepted write.
+    longest_stall: Option<Duration>,
+    /// For RedLock: the writes accepted while a minority was paused.
+    during_minority: Option<u64>,
+}
+
+/// Runs `scenario` and judges what the ledger shows.
+pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
+    let started = Instant::now();
+    let ledger = RedisServer::spawn();
+    let mut store = Store::spawn(scenario.deployment);
+    let keys: Vec<String> = (0..options.keys).map(|i| format!("account:{i}")).collect();
+    let mut workers = Workers::spawn(scenario, options, &store.spec(), &ledger.url(), &keys);
+
+    thread::sleep(options.before);
+    if scenario.sections == Sections::OneSlowHolder {
+        // The fault comes early in a slow section (once the holder is back in), so that
+        // the section outlasts the lease.
+        await_new_section(&ledger, &keys[0], options.lease * 4);
+        thread::sleep(options.lease / 4);
+    }
+    let injected = inject(
+        scenario.fault,
+        &mut store,
+        &mut workers,
+        &ledger,
+        &keys,
+        options,
+    );
+    let before_after = ledger::accepted(&ledger, &keys).expect("read the ledger");
+    thread::sleep(options.after);
+    let subscribed = subscribers(&mut store);
+    let failed_workers = workers.stop();
+    let leftover = leftover_locks(&mut store, options.lease);
+
+    let mut row = Row::new(scenario, started.elapsed(), injected.faults);
+    for key in &keys {
+        row.add(KeyTally::read(&ledger, key).expect("read the ledger"));
+    }
+    row.sections = ledger::events(&ledger, Event::Section).expect("read the ledger");
+    row.losses = ledger::events(&ledger, Event::Lost).expect("read the ledger");
+    row.released_gone =
+        ledger::events(&ledger, Event::ReleaseFoundItGone).expect("read the ledger");
+    for (event, what) in [
+        (Event::Timeout, "lock calls timed out"),
+        (Event::LockError, "lock calls failed"),
+    ] {
+        let count = ledger::events(&ledger, event).expect("read the ledger");
+        if count > 0 {
+            row.note(format!("{count} {what}"));
+        }
+    }
+    let after = row.accepted - before_after;
+    if scenario.fault == Fault::PubSubDropped && subscribed < Some(options.processes) {
+        row.violation("the workers did not all subscribe again".to_owned());
+    }
+    if let Some(leftover) = leftover.filter(|&n| n > 0) {
+        row.violation(format!(
+            "{leftover} locks still held a lease after the workers stopped"
+        ));
+    }
+    judge(
+        &mut row,
+        scenario,
+        options,
+        &injected,
+        after,
+        failed_workers,
+    );
+    row
+}
+
+/// Adds to `row` every check that failed.
+fn judge(
+    row: &mut Row,
+    scenario: &Scenario,
+    options: &Options,
+    injected: &Injected,
+    after: u64,
+    failed_workers: Vec<String>,
+) {
+    for failed in failed_workers {
+        row.violation(failed);
+    }
+    if row.lost_updates > 0 {
+        row.violation(format!("{} updates lost", row.lost_updates));
+    }
+    if row.granted_twice > 0 {
+        row.violation(format!("{} tokens granted twice", row.granted_twice));
+    }
+    if after == 0 {
+        row.violation("no write accepted after the fault".to_owned());
+    }
+    let clean = matches!(
+        scenario.fault,
+        Fault::None | Fault::ConnectionsCut | Fault::PubSubDropped
+    );
+    if clean && row.overlaps > 0 {
+        row.violation(format!("{} overlaps", row.overlaps));
+    }
+    if clean && row.refused + row.refused_reads > 0 {
+        let stale = row.refused + row.refused_reads;
+        row.violation(format!("{stale} stale reads or writes"));
+    }
+    if row.refused_reads > 0 {
+        row.note(format!("{} stale reads refused", row.refused_reads));
+    }
+    let leases_run_out = matches!(
+        scenario.fault,
+        Fault::StorePaused | Fault::MinorityThenMajorityPaused
+    );
+    if leases_run_out && row.losses == 0 {
+        row.violation("no holder saw its lease lost".to_owned());
+    }
+    let slow_holder_overtaken = matches!(
+        scenario.fault,
+        Fault::StorePaused | Fault::StoreRestarted | Fault::HolderPaused
+    );
+    if slow_holder_overtaken && row.refused == 0 {
+        row.violation("the slow holder's late write was not refused".to_owned());
+    }
+    if row.released_gone > 0 {
+        row.note(format!(
+            "{} releases found the lock gone",
+            row.released_gone
+        ));
+    }
+    if scenario.fault == Fault::HolderPaused && row.released_gone == 0 {
+        row.violation("the slow holder's release did not find the lock gone".to_owned());
+    }
+    if let Some(stall) = injected.longest_stall {
+        row.note(format!("locks freed within {} ms", stall.as_millis()));
+        if stall > options.lease + FREE_SLACK {
+            row.violation(format!(
+                "a key went {} ms without a write, more than a lease",
+                stall.as_millis()
+            ));
+        }
+    }
+    if let Some(during) = injected.during_minority {
+        row.note(format!("{during} writes with a minority paused"));
+        if during == 0 {
+            row.violation("no progress with a minority paused".to_owned());
+        }
+    }
+}
+
+/// Injects `fault` and returns once it is over (the store running again).
+fn inject(
+    fault: Fault,
+    store: &mut Store,
+    workers: &mut Workers,
+    ledger: &RedisServer,
+    keys: &[String],
+    options: &Options,
+) -> Injected {
+    let two_leases = options.lease * 2;
+    let once = Injected {
+        faults: 1,
+        ..Injected::default()
+    };
+    match fault {
+        Fault::None => Injected::default(),
+        Fault::StorePaused => {
+            let server = store.server();
+            server.pause();
+            thread::sleep(two_leases);
+            server.resume();
+            once
+        }
+        Fault::StoreRestarted => {
+            store.server().restart();
+            once
+        }
+        Fault::HolderKilled => {
+            let pid = workers.kill_first();
+            ledger::forget_process(ledger, keys, pid).expect("clear the dead process");
+            Injected {
+                longest_stall: Some(longest_stall(ledger, keys, options.lease + FREE_SLACK * 2)),
+                ..once
+            }
+        }
+        Fault::HolderPaused => {
+            workers.signal_first("STOP");
+            thread::sleep(two_leases);
+            workers.signal_first("CONT");
+            once
+        }
+        Fault::ConnectionsCut => {
+            let Store::Proxied(_, proxy) = store else {
+                panic!("connections are cut through the proxy");
+            };
+            repeat(options.after, || proxy.cut() > 0)
+        }
+        Fault::PubSubDropped => {
+            let server = store.server();
+            repeat(options.after, || {
+                let killed = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+                killed.is_ok_and(|k| k.as_int().is_some_and(|n| n > 0))
+            })
+        }
+        Fault::MasterKilled => {
+            let Store::Cluster(cluster) = store else {
+                panic!("a master is killed in a cluster");
+            };
+            cluster.node_mut(0).kill();
+            once
+        }
+        Fault::Failover => {
+            let Store::Sentinel(sentinel) = store else {
+                panic!("a failover needs sentinels");
+            };
+            sentinel.failover();
+            once
+        }
+        Fault::MinorityThenMajorityPaused => {
+            let Store::RedLock(masters) = store else {
+                panic!("RedLock masters are paused");
+            };
+            let before = ledger::accepted(ledger, keys).expect("read the ledger");
+            pause_for(&masters[..2], two_leases);
+            let during = ledger::accepted(ledger, keys).expect("read the ledger") - before;
+            pause_for(&masters[..3], two_leases);
+            Injected {
+                faults: 2,
+                during_minority: Some(during),
+                ..Injected::default()
+            }
+        }
+    }
+}
+
+/// How many pub/sub connections a single-node store has.
+fn subscribers(store: &mut Store) -> Option<usize> {
+    let Store::Single(server) = store else {
+        return None;
+    };
+    let clients = server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).ok()?;
+    Some(clients.as_str()?.lines().count())
+}
+
+/// How many locks a single-node store still holds a lease after everyone stopped: a lock
+/// key is `P{K}`, the only kind of key that ends with its hash tag.
+fn leftover_locks(store: &mut Store, lease: Duration) -> Option<usize> {
+    let (Store::Single(server) | Store::Proxied(server, _)) = store else {
+        return None;
+    };
+    thread::sleep(lease);
+    let keys = server.cmd(&["KEYS", "*}"]).ok()?;
+    Some(keys.as_array()?.len())
+}
+
+/// Waits until `key` is written, as it is at the end of every section.
+fn await_new_section(ledger: &RedisServer, key: &str, timeout: Duration) {
+    let accepted = || {
+        KeyTally::read(ledger, key)
+            .expect("read the ledger")
+            .accepted
+    };
+    let (before, started) = (accepted(), Instant::now());
+    while accepted() == before && started.elapsed() < timeout {
+        thread::sleep(SAMPLE_EVERY);
+    }
+}
+
+/// Calls `fault` every [`CUT_EVERY`] for `span`, counting the calls that did something.
+fn repeat(span: Duration, mut fault: impl FnMut() -> bool) -> Injected {
+    let until = Instant::now() + span;
+    let mut faults = 0;
+    while Instant::now() < until {
+        thread::sleep(CUT_EVERY);
+        faults += u64::from(fault());
+    }
+    Injected {
+        faults,
+        ..Injected::default()
+    }
+}
+
+fn pause_for(servers: &[RedisServer], span: Duration) {
+    servers.iter().for_each(RedisServer::pause);
+    thread::sleep(span);
+    servers.iter().for_each(RedisServer::resume);
+}
+
+/// Samples the accepted writes of each key for `span` and returns the longest time one
+/// went without a new one (to the end of `span` if it never had one).
+fn longest_stall(ledger: &RedisServer, keys: &[String], span: Duration) -> Duration {
+    let started = Instant::now();
+    let read = || {
+        keys.iter()
+            .map(|key| {
+                KeyTally::read(ledger, key)
+                    .expect("read the ledger")
+                    .accepted
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut last = read();
+    let mut changed = vec![started; keys.len()];
+    let mut longest = Duration::ZERO;
+    while started.elapsed() < span {
+        thread::sleep(SAMPLE_EVERY);
+        let now = Instant::now();
+        for ((last, changed), accepted) in last.iter_mut().zip(&mut changed).zip(read()) {
+            if accepted != *last {
+                longest = longest.max(now - *changed);
+                (*last, *changed) = (accepted, now);
+            }
+        }
+    }
+    let end = Instant::now();
+    changed
+        .iter()
+        .fold(longest, |longest, changed| longest.max(end - *changed))
+}
+
+/// The worker processes, each told to stop by closing its stdin.
+struct Workers {
+    children: Vec<Child>,
+    /// The first worker, once killed.
+    killed: Option<u32>,
+}
+
+impl Workers {
+    fn spawn(
+        scenario: &Scenario,
+        options: &Options,
+        store: &str,
+        ledger: &str,
+        keys: &[String],
+    ) -> Workers {
+        let exe = std::env::current_exe().expect("the torture binary's path");
+        let children = (0..options.processes)
+            .map(|i| {
+                let args = worker::Args {
+                    store: store.to_owned(),
+                    ledger: ledger.to_owned(),
+                    tasks: options.tasks,
+                    keys: keys.to_vec(),
+                    lease: options.lease,
+                    sections: scenario.sections,
+                    index: i as u64,
+                };
+                Command::new(&exe)
+                    .args(args.to_command_line())
+                    .stdin(Stdio::piped())
+                    .spawn()
+                    .expect("start a worker process")
+            })
+            .collect();
+        Workers {
+            children,
+            killed: None,
+        }
+    }
+
+    /// Kills the first worker with SIGKILL and returns its pid.
+    fn kill_first(&mut self) -> u32 {
+        let child = &mut self.children[0];
+        child.kill().expect("kill the first worker");
+        child.wait().expect("reap the first worker");
+        self.killed = Some(child.id());
+        child.id()
+    }
+
+    fn signal_first(&self, signal: &str) {
+        let pid = self.children[0].id().to_string();
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid])
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "could not send SIG{signal} to the first worker"
+        );
+    }
+
+    /// Tells every worker to stop and waits for it; returns what went wrong with any.
+    fn stop(mut self) -> Vec<String> {
+        for child in &mut self.children {
+            drop(child.stdin.take());
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let mut failed = Vec::new();
+        for child in &mut self.children {
+            if Some(child.id()) == self.killed {
+                continue;
+            }
+            match wait(child, deadline) {
+                Ok(Some(status)) if status.success() => {}
+                Ok(Some(status)) => failed.push(format!("a worker exited with {status}")),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    failed.push(format!(
+                        "a worker hung for {STOP_TIMEOUT:?} once told to stop"
+                    ));
+                }
+                Err(e) => failed.push(format!("could not wait for a worker: {e}")),
+            }
+        }
+        failed
+    }
+}
+
+/// Waits for `child` until `deadline`: `None` if it is still running then.
+fn wait(child: &mut Child, deadline: Instant) -> io::Result<Option<std::process::ExitStatus>> {
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        thread::sleep(SAMPLE_EVERY);
+    }
+    child.try_wait()
+}

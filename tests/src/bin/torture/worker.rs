@@ -1,0 +1,275 @@
+//! A worker process: M tasks take locks on the shared keys until the main process closes
+//! the worker's stdin, each running a critical section against the ledger under every
+//! lock it gets.
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lock_core::{LockError, LockGuard, LockOptions, Locker};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::ledger::{Event, Ledger};
+use crate::store;
+
+/// The first argument that makes the binary a worker.
+pub(crate) const COMMAND: &str = "worker";
+/// How long a task waits before asking again after a lock call failed outright (the
+/// store unreachable), so that it does not spin.
+const BACKOFF: Duration = Duration::from_millis(20);
+
+/// What the main process tells a worker, on its command line.
+#[derive(Debug)]
+pub(crate) struct Args {
+    pub(crate) store: String,
+    pub(crate) ledger: String,
+    pub(crate) tasks: usize,
+    pub(crate) keys: Vec<String>,
+    pub(crate) lease: Duration,
+    pub(crate) sections: Sections,
+    /// Which worker this is, from 0: also the seed of its random choices.
+    pub(crate) index: u64,
+}
+
+/// Who holds the locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sections {
+    /// Every task: sections of up to 2 ms, cancelled when the lease is lost, as
+    /// `with_lock` does.
+    Short,
+    /// As [`Short`](Sections::Short), except the first worker's first task, the slow
+    /// holder. Its sections on the first key last four leases (the watchdog renews them)
+    /// and run to their end even once the lease is lost, so that only the fence stands
+    /// between its late writes and a newer holder's. The other tasks only try for that
+    /// key, without waiting, so as not to queue behind it.
+    OneSlowHolder,
+}
+
+impl Sections {
+    fn name(self) -> &'static str {
+        match self {
+            Sections::Short => "short",
+            Sections::OneSlowHolder => "one-slow-holder",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Sections> {
+        [Sections::Short, Sections::OneSlowHolder]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+impl Args {
+    /// The arguments after [`COMMAND`].
+    pub(crate) fn to_command_line(&self) -> Vec<String> {
+        vec![
+            COMMAND.to_owned(),
+            self.store.clone(),
+            self.ledger.clone(),
+            self.tasks.to_string(),
+            self.keys.join(","),
+            self.lease.as_millis().to_string(),
+            self.sections.name().to_owned(),
+            self.index.to_string(),
+        ]
+    }
+
+    fn parse(args: &[String]) -> Option<Args> {
+        let [store, ledger, tasks, keys, lease_ms, sections, index] = args else {
+            return None;
+        };
+        Some(Args {
+            store: store.clone(),
+            ledger: ledger.clone(),
+            tasks: tasks.parse().ok()?,
+            keys: keys.split(',').map(str::to_owned).collect(),
+            lease: Duration::from_millis(lease_ms.parse().ok()?),
+            sections: Sections::parse(sections)?,
+            index: index.parse().ok()?,
+        })
+    }
+}
+
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let Some(args) = Args::parse(args) else {
+        eprintln!("torture worker: bad arguments {args:?}");
+        return ExitCode::from(2);
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("torture worker {}: {e}", std::process::id());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let locker = store::connect(&args.store, args.lease)
+        .await
+        .map_err(|e| format!("connect to the store: {e}"))?;
+    let ledger = Ledger::connect(&args.ledger)
+        .await
+        .map_err(|e| format!("connect to the ledger: {e}"))?;
+    let stop = CancellationToken::new();
+    let stopping = stop.clone();
+    // The main process says stop by closing stdin (or by exiting).
+    tokio::task::spawn_blocking(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        stopping.cancel();
+    });
+    let leaving = TaskTracker::new();
+    let tasks = TaskTracker::new();
+    for i in 0..args.tasks {
+        let slow = args.sections == Sections::OneSlowHolder && args.index == 0 && i == 0;
+        let task = Task {
+            locker: locker.clone(),
+            ledger: ledger.clone(),
+            keys: if slow {
+                args.keys[..1].to_vec()
+            } else {
+                args.keys.clone()
+            },
+            only_tried: (args.sections == Sections::OneSlowHolder && !slow)
+                .then(|| args.keys[0].clone()),
+            lease: args.lease,
+            slow,
+            rng: fastrand::Rng::with_seed(args.index * 1000 + i as u64),
+            leaving: leaving.clone(),
+        };
+        tasks.spawn(task.run(stop.clone()));
+    }
+    tasks.close();
+    tasks.wait().await;
+    leaving.close();
+    leaving.wait().await;
+    locker.flush().await;
+    Ok(())
+}
+
+struct Task {
+    locker: Locker,
+    ledger: Ledger,
+    keys: Vec<String>,
+    /// The slow holder's key, which this task takes only if it is free.
+    only_tried: Option<String>,
+    lease: Duration,
+    /// Whether this is the slow holder.
+    slow: bool,
+    rng: fastrand::Rng,
+    /// Where a cancelled section's leaving runs, so the worker waits for it at the end.
+    leaving: TaskTracker,
+}
+
+impl Task {
+    async fn run(mut self, stop: CancellationToken) {
+        while !stop.is_cancelled() {
+            let key = self.keys[self.rng.usize(..self.keys.len())].clone();
+            let wait = if self.only_tried.as_ref() == Some(&key) {
+                Duration::ZERO
+            } else {
+                self.lease
+            };
+            let options = LockOptions::new().lease(self.lease).wait(wait);
+            match self.locker.lock_with(&key, options).await {
+                Ok(guard) if self.slow => self.hold_past_the_lease(guard).await,
+                Ok(guard) => self.hold(guard).await,
+                Err(LockError::Timeout { .. }) if wait.is_zero() => {}
+                Err(LockError::Timeout { .. }) => self.count(Event::Timeout).await,
+                Err(_) => {
+                    self.count(Event::LockError).await;
+                    tokio::time::sleep(BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    /// Runs a short critical section while the lease lasts, then releases the lock.
+    async fn hold(&mut self, guard: LockGuard) {
+        let pause = Duration::from_micros(self.rng.u64(0..2000));
+        let section = Section::new(&self.ledger, &guard, &self.leaving);
+        match guard.scope(section.run(pause)).await {
+            Ok(Ok(())) => self.count(Event::Section).await,
+            Ok(Err(e)) => eprintln!("torture worker: the ledger failed: {e}"),
+            Err(_) => self.count(Event::Lost).await,
+        }
+        self.release(guard).await;
+    }
+
+    /// Runs a critical section of four leases to its end, lease lost or not, then
+    /// releases the lock.
+    async fn hold_past_the_lease(&mut self, guard: LockGuard) {
+        let section = Section::new(&self.ledger, &guard, &self.leaving);
+        match section.run(self.lease * 4).await {
+            Ok(()) => self.count(Event::Section).await,
+            Err(e) => eprintln!("torture worker: the ledger failed: {e}"),
+        }
+        if guard.is_lost() {
+            self.count(Event::Lost).await;
+        }
+        self.release(guard).await;
+    }
+
+    async fn release(&self, guard: LockGuard) {
+        if let Err(LockError::NotHeld { .. }) = guard.release().await {
+            self.count(Event::ReleaseFoundItGone).await;
+        }
+    }
+
+    async fn count(&self, event: Event) {
+        if let Err(e) = self.ledger.count(event).await {
+            eprintln!("torture worker: the ledger failed: {e}");
+        }
+    }
+}
+
+/// One critical section: enter, read the counter, yield, write it plus one, leave; the
+/// read and the write each through the fence. Dropped half-way (the lease was lost), it still leaves, in the
+/// background.
+struct Section<'a> {
+    ledger: &'a Ledger,
+    key: &'a str,
+    token: u64,
+    leaving: &'a TaskTracker,
+    left: bool,
+}
+
+impl<'a> Section<'a> {
+    fn new(ledger: &'a Ledger, guard: &'a LockGuard, leaving: &'a TaskTracker) -> Self {
+        Section {
+            ledger,
+            key: guard.key(),
+            token: guard.fencing_token(),
+            leaving,
+            left: false,
+        }
+    }
+
+    async fn run(mut self, pause: Duration) -> redis::RedisResult<()> {
+        self.ledger.enter(self.key, self.token).await?;
+        // A stale read is refused, and the section ends there.
+        if let Some(value) = self.ledger.read(self.key, self.token).await? {
+            tokio::time::sleep(pause).await;
+            self.ledger.write(self.key, self.token, value + 1).await?;
+        }
+        self.ledger.leave(self.key, self.token).await?;
+        self.left = true;
+        Ok(())
+    }
+}
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        if !self.left {
+            let (ledger, key, token) = (self.ledger.clone(), self.key.to_owned(), self.token);
+            self.leaving
+                .spawn(async move { ledger.leave(&key, token).await });
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The torture run's short version: each scenario of `torture --short` (worker processes
+//! taking locks on a real store while a fault is injected) as a test of its own, which
+//! fails with the run's table if any of its checks did.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Far more than the slowest scenario takes (a Sentinel failover, about 20 s).
+const DEADLINE: Duration = Duration::from_secs(180);
+
+fn torture(scenario: &str) {
+    let mut run = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .args(["--short", "--only", scenario])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the torture binary");
+    let mut stdout = run.stdout.take().expect("piped");
+    let mut stderr = run.stderr.take().expect("piped");
+    let read_out = thread::spawn(move || {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).map(|_| out)
+    });
+    let read_err = thread::spawn(move || {
+        let mut err = String::new();
+        stderr.read_to_string(&mut err).map(|_| err)
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = run.try_wait().expect("wait for the torture binary") {
+            break Some(status);
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = run.kill();
+            let _ = run.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let out = read_out.join().unwrap().unwrap_or_default();
+    let err = read_err.join().unwrap().unwrap_or_default();
+    match status {
+        Some(status) if status.success() => println!("{out}"),
+        Some(status) => panic!("torture {scenario} failed ({status}):\n{out}\n{err}"),
+        None => panic!("torture {scenario} ran past {DEADLINE:?}:\n{out}\n{err}"),
+    }
+}
+
+#[test]
+fn steady() {
+    torture("steady");
+}
+
+#[test]
+fn store_paused() {
+    torture("store-paused");
+}
+
+#[test]
+fn store_restarted() {
+    torture("store-restarted");
+}
+
+#[test]
+fn holder_killed() {
+    torture("holder-killed");
+}
+
+#[test]
+fn holder_paused() {
+    torture("holder-paused");
+}
+
+#[test]
+fn connections_cut() {
+    torture("connections-cut");
+}
+
+#[test]
+fn pubsub_dropped() {
+    torture("pubsub-dropped");
+}
+
+#[test]
+fn cluster_master_killed() {
+    torture("cluster-master-killed");
+}
+
+#[test]
+fn sentinel_failover() {
+    torture("sentinel-failover");
+}
+
+#[test]
+fn redlock_paused() {
+    torture("redlock-paused");
+}
+
+/// Every scenario has its test above.
+#[test]
+fn every_scenario_is_tested() {
+    let out = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .arg("--list")
+        .output()
+        .expect("run the torture binary");
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8(out.stdout).unwrap();
+    let tested = [
+        "steady",
+        "store-paused",
+        "store-restarted",
+        "holder-killed",
+        "holder-paused",
+        "connections-cut",
+        "pubsub-dropped",
+        "cluster-master-killed",
+        "sentinel-failover",
+        "redlock-paused",
+    ];
+    assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
+}
+
+#[test]
+fn an_unknown_scenario_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .args(["--only", "no-such-scenario"])
+        .output()
+        .expect("run the torture binary");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no scenario is named \"no-such-scenario\""),
+        "{err}"
+    );
+}
