@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::backend::Renewal;
 use crate::lease::Lease;
 use crate::locker::inner::Inner;
@@ -165,8 +167,16 @@ impl LockGuard {
         if self.inner.end_hold(&self.lease) == HoldEnd::Nested {
             return Ok(());
         }
-        if self.inner.store.release(&self.lease.hold()).await? {
-            tracing::debug!(key = %self.lease.key, fence = self.lease.fence, "lock released");
+        let span =
+            tracing::debug_span!("lock_release", key = %self.lease.key, fence = self.lease.fence);
+        let released = async {
+            let released = self.inner.store.release(&self.lease.hold()).await;
+            if let Ok(true) = released {
+                tracing::debug!("lock released");
+            }
+            released
+        };
+        if released.instrument(span).await? {
             Ok(())
         } else {
             Err(self.not_held())

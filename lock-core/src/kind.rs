@@ -1,6 +1,7 @@
 //! Lock kinds: what a hold allows others while it lasts.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The kind of a lock, chosen per acquisition with
 /// [`LockOptions::kind`](crate::LockOptions::kind).
@@ -82,6 +83,35 @@ pub(crate) enum Sharing {
 }
 
 impl LockKind {
+    /// The mark an owner token ends with, `<uuid v4>:<mark>`, so that a store that keeps
+    /// only the token still tells how a lock is held.
+    fn token_mark(self) -> &'static str {
+        match self {
+            Self::Exclusive => "x",
+            Self::Fair => "f",
+            Self::Read => "r",
+            Self::Write => "w",
+            Self::Semaphore { .. } => "s",
+        }
+    }
+
+    /// A new owner token for a hold of this kind: a random (v4) UUID and the kind's mark.
+    pub(crate) fn new_token(self) -> Arc<str> {
+        let id = uuid::Uuid::new_v4().hyphenated();
+        Arc::from(format!("{id}:{}", self.token_mark()))
+    }
+
+    /// The kind of the hold by one owner (exclusive, fair or write) whose token is
+    /// `token`; `None` for a token without a mark, as lock-core 0.1 made them.
+    pub(crate) fn of_owner_token(token: &str) -> Option<LockKind> {
+        match token.rsplit_once(':')?.1 {
+            "x" => Some(Self::Exclusive),
+            "f" => Some(Self::Fair),
+            "w" => Some(Self::Write),
+            _ => None,
+        }
+    }
+
     pub(crate) fn sharing(self) -> Sharing {
         match self {
             Self::Read => Sharing::Read,
@@ -106,6 +136,33 @@ impl fmt::Display for LockKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owner_token_is_a_v4_uuid_and_its_kind_mark() {
+        let kinds = [
+            LockKind::Exclusive,
+            LockKind::Fair,
+            LockKind::Read,
+            LockKind::Write,
+            LockKind::Semaphore { permits: 2 },
+        ];
+        for kind in kinds {
+            let token = kind.new_token();
+            let (id, mark) = token.split_once(':').unwrap();
+            let id = uuid::Uuid::parse_str(id).unwrap();
+            assert_eq!(id.get_version_num(), 4, "{token}");
+            assert_eq!(mark, kind.token_mark());
+            let owner = matches!(kind, LockKind::Exclusive | LockKind::Fair | LockKind::Write);
+            let seen = LockKind::of_owner_token(&token);
+            assert_eq!(seen, owner.then_some(kind), "{token}");
+        }
+        assert_ne!(
+            LockKind::Exclusive.new_token(),
+            LockKind::Exclusive.new_token()
+        );
+        let unmarked = "3f2a9c1e-8b4d-4f6a-9e2b-7c5d1a0b3e4f";
+        assert_eq!(LockKind::of_owner_token(unmarked), None);
+    }
 
     #[test]
     fn a_read_hold_never_reenters_into_a_write_hold() {

@@ -130,7 +130,8 @@
 //! - [`Locker`] (`locker/`), with [`Semaphore`] (`semaphore.rs`), a handle on one
 //!   semaphore: checks keys, options and kinds, keeps reentrancy
 //!   (`reentrancy.rs`) and the leases ([`LockGuard`] in `guard.rs`, the local record in
-//!   `lease.rs`, renewed by `watchdog.rs`), and asks its store for the rest.
+//!   `lease.rs`, renewed by `watchdog.rs`), and asks its store for the rest, such as
+//!   what an operator sees of a lock ([`Locker::inspect`], a [`LockInfo`] in `info.rs`).
 //! - The store contract, [`backend::Store`] (`backend/store.rs`, documented in
 //!   [`backend`]): take a hold, waiting until a deadline; release it; renew leases;
 //!   say whether a hold is still its owner's. Each store says which [`LockKind`]s it
@@ -223,6 +224,7 @@
 pub mod backend;
 mod error;
 mod guard;
+mod info;
 mod key;
 mod kind;
 mod lease;
@@ -240,6 +242,7 @@ mod tests;
 
 pub use error::LockError;
 pub use guard::LockGuard;
+pub use info::{HolderInfo, LockInfo};
 pub use key::{DEFAULT_MAX_KEY_LEN, KeySegment, LockKey};
 pub use kind::LockKind;
 pub use locker::{

@@ -1,5 +1,15 @@
-//! What a `Locker` tells the world: `tracing` events always, and with the `metrics`
-//! feature, metrics through the [`metrics`](https://docs.rs/metrics) facade:
+//! What a `Locker` tells the world: `tracing` spans and events always, and with the
+//! `metrics` feature, metrics through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! | span (debug) | fields | its events |
+//! |---|---|---|
+//! | `lock_acquire` | `key`, `kind`, `lock` | lock acquired (`waited`), lock wait timed out (`waited`) |
+//! | `lock_renew` | `leases` | renewal refused, failed or unanswered; lock lost when refused |
+//! | `lock_release` | `key`, `fence` | lock released; a fair lock handed over to the next in line |
+//! | `lock_handover` (Redis, inside `lock_release`) | | lock handed over to a local waiter (`fence`) |
+//!
+//! A lease that runs out unrenewed is a `lock lost` warning from the watchdog, and a
+//! hold's end (`held`) an event where its guard ends it. The metrics:
 //!
 //! | metric | type | when |
 //! |---|---|---|

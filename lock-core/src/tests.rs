@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Acquire, Acquired, Hold, MemoryStore, Outcome, Renewal, Store, StoreFuture};
-use crate::{LockKind, LockOptions, Locker};
+use crate::{LockError, LockKind, LockOptions, Locker};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -168,6 +168,35 @@ async fn without_watchdog_the_lease_expires_and_the_guard_is_lost() {
     guard.lost().await;
     assert_eq!(start.elapsed(), SEC);
     assert!(!guard.is_held().await.unwrap());
+}
+
+/// Dropping the last clone of a `Locker` stops its watchdog task though a guard lives:
+/// the guard is lost at once (a scope under it cancelled), and still gives its lock back.
+#[tokio::test(start_paused = true)]
+async fn a_locker_dropped_under_a_live_guard_stops_its_watchdog() {
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let locker = Locker::in_memory();
+    let store = locker.inner.store.clone();
+    let key = crate::LockKey::new("k").unwrap();
+    let clone = locker.clone();
+    let guard = locker.lock("k").await.unwrap();
+    assert_eq!(tasks(), 1, "the watchdog");
+    let scoped = guard.scope(std::future::pending::<()>());
+    drop(locker);
+    assert!(!guard.is_lost(), "a clone still runs the watchdog");
+    drop(clone);
+    assert!(guard.is_lost());
+    assert!(matches!(scoped.await, Err(LockError::Lost { .. })));
+    tokio::task::yield_now().await;
+    assert_eq!(tasks(), 0, "the watchdog ended");
+    // Not renewed any more, but held until its lease ends, and released.
+    assert!(store.inspect(&key).await.unwrap().is_some());
+    guard.release().await.unwrap();
+    assert_eq!(store.inspect(&key).await.unwrap(), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -722,4 +751,19 @@ async fn a_session_hold_outlives_any_lease_and_is_lost_with_its_session() {
         0,
         "a session hold was renewed"
     );
+}
+
+/// A store that does not implement `inspect` says so, naming itself, once the key passed.
+#[tokio::test]
+async fn a_store_without_inspect_says_so() {
+    let store = Arc::new(SessionStore::default());
+    let locker = Locker::builder().store(store).build().await.unwrap();
+    let err = locker.inspect("job").await.unwrap_err();
+    assert!(err.is_config(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("the session store cannot inspect a lock"),
+        "{err}"
+    );
+    assert!(locker.inspect("").await.unwrap_err().is_invalid_key());
 }

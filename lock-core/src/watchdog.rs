@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::store::{Renewal, Store};
 use crate::lease::Lease;
@@ -35,7 +36,7 @@ struct Shared {
     queue: Mutex<Queue>,
     /// A lease came due before the one the task sleeps for, or the `Locker` is gone.
     changed: Notify,
-    /// The `Locker` and all its guards are gone: the task ends.
+    /// The `Locker` is gone: the task ends.
     closed: AtomicBool,
     /// Leases released since the queue was last compacted.
     released: AtomicUsize,
@@ -139,10 +140,21 @@ impl Watchdog {
     }
 }
 
+impl Watchdog {
+    /// Ends the task and marks every lease it watched lost: nothing renews them now.
+    pub(crate) fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        let leases = std::mem::take(&mut self.shared.queue().leases);
+        for Reverse(due) in leases {
+            due.lease.mark_lost();
+        }
+        self.shared.changed.notify_one();
+    }
+}
+
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::Release);
-        self.shared.changed.notify_one();
+        self.close();
     }
 }
 
@@ -185,7 +197,8 @@ async fn run(running: Running) {
             () = sleep_until(next), if next.is_some() => {
                 let batch = due(&mut shared.queue(), Instant::now());
                 if !batch.is_empty() {
-                    tokio::spawn(renew(shared.store.clone(), batch));
+                    let span = tracing::debug_span!("lock_renew", leases = batch.len());
+                    tokio::spawn(renew(shared.store.clone(), batch).instrument(span));
                 }
             }
         }
@@ -250,14 +263,10 @@ async fn renew(store: Arc<dyn Store>, batch: Vec<Arc<Lease>>) {
         }
         Ok(Err(e)) => {
             // Retried at the next check; lost once the deadline passes.
-            tracing::warn!(leases = batch.len(), error = %e, "lease renewal failed");
+            tracing::warn!(error = %e, "lease renewal failed");
         }
         Err(_) => {
-            tracing::warn!(
-                leases = batch.len(),
-                ?patience,
-                "lease renewal got no answer in time"
-            );
+            tracing::warn!(?patience, "lease renewal got no answer in time");
         }
     }
     for lease in &batch {

@@ -24,7 +24,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lock_axum::{HeldLock, LockLayer, LockRejection};
 use lock_core::{LockKind, LockOptions, Locker};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, eventually};
 use tokio::sync::{Barrier, mpsc};
 
 /// The bound of every wait on a condition in this file.
@@ -539,7 +539,10 @@ async fn oversize_or_control_character_value_gives_400() {
     let app = Router::new()
         .route("/accounts/{id}/deposit", post(deposit))
         .route("/docs/{name}", post(|| async { "ran" }))
-        .route_layer(LockLayer::new(locker, "doc:{header.x-tenant}:{name}"))
+        .route_layer(LockLayer::new(
+            locker.clone(),
+            "doc:{header.x-tenant}:{name}",
+        ))
         .with_state(bank.clone());
     let addr = serve(app).await;
     let client = client();
@@ -552,6 +555,12 @@ async fn oversize_or_control_character_value_gives_400() {
     };
     let reply = send(&client, doc("readme", "acme")).await;
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ran"));
+    // The layer releases after the response is sent: wait for that release to land
+    // before counting, or it would count as a lock taken by a refused request.
+    eventually(DEADLINE, "the first request's release", || async {
+        locker.inspect("doc:acme:readme").await.unwrap().is_none()
+    })
+    .await;
     // From here on every request is refused before it reaches Redis: no lock is taken.
     let scripts_run = redis.calls("evalsha");
 

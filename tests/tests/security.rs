@@ -229,8 +229,9 @@ async fn a_tls_server_is_reached_over_rediss_trusting_its_authority() {
     std::fs::remove_dir_all(&certificates).unwrap();
 }
 
-/// An owner's token, as the lock key holds it, is a random (version 4) UUID: 122 random
-/// bits, one per acquisition. Nothing releases a lock but the guard that holds it.
+/// An owner's token, as the lock key holds it, is a random (version 4) UUID, 122 random
+/// bits, one per acquisition, and the mark of its kind. Nothing releases a lock but the
+/// guard that holds it.
 #[tokio::test]
 async fn tokens_carry_122_random_bits() {
     let server = RedisServer::spawn();
@@ -240,7 +241,9 @@ async fn tokens_carry_122_random_bits() {
         let guard = locker.lock("k").await.unwrap();
         let token = server.cmd(&["GET", "lock:{k}"]).unwrap();
         let token = token.as_str().expect("the owner's token").to_owned();
-        let hex: String = token.chars().filter(|&c| c != '-').collect();
+        let (uuid, mark) = token.split_once(':').expect("a kind's mark");
+        assert_eq!(mark, "x", "exclusive: {token}");
+        let hex: String = uuid.chars().filter(|&c| c != '-').collect();
         assert_eq!(hex.len(), 32, "{token}");
         assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{token}");
         // Version 4 (random), variant RFC 4122: 6 fixed bits, 122 random.

@@ -7,8 +7,9 @@ use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use lock_core::LockError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -22,12 +23,47 @@ pub(crate) fn router(bank: Bank) -> Router {
         .route("/accounts/{id}/deposit", post(deposit))
         .route("/accounts/{id}/withdraw", post(withdraw))
         .route("/transfers", post(transfer))
-        .route("/admin/locks/{key}", delete(force_unlock))
+        .route("/admin/locks/{key}", get(inspect).delete(force_unlock))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
         .with_state(bank)
+}
+
+/// `GET /admin/locks/{key}`: who holds the lock `key`, as its store sees it (see
+/// `Locker::inspect`: a field the store cannot know is `null`).
+async fn inspect(
+    State(bank): State<Bank>,
+    headers: HeaderMap,
+    key: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    admin(&bank, &headers)?;
+    let key = key?.0;
+    let Some(info) = bank.locker().inspect(&key).await.map_err(admin_error)? else {
+        return Ok(Json(json!({ "key": key, "held": false })));
+    };
+    let holders: Vec<Value> = info
+        .holders
+        .iter()
+        .map(|h| {
+            let lease_left_ms = h
+                .lease_left
+                .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+            json!({
+                "token_prefix": h.token_prefix,
+                "lease_left_ms": lease_left_ms,
+                "fencing_token": h.fencing_token,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "key": key,
+        "held": true,
+        "kind": info.kind.map(|kind| kind.to_string()),
+        "holders": holders,
+        "waiting": info.waiting,
+    })))
 }
 
 /// `DELETE /admin/locks/{key}`: an operator forces the lock `key` open, whoever holds it
@@ -39,10 +75,21 @@ async fn force_unlock(
 ) -> Result<Json<Value>, ApiError> {
     admin(&bank, &headers)?;
     let key = key?.0;
-    match bank.locker().force_unlock(&key).await {
-        Ok(was_held) => Ok(Json(json!({ "key": key, "was_held": was_held }))),
-        Err(e) if e.is_invalid_key() => Err(ApiError::new(StatusCode::BAD_REQUEST, e)),
-        Err(e) => Err(BankError::from(e).into()),
+    let was_held = bank
+        .locker()
+        .force_unlock(&key)
+        .await
+        .map_err(admin_error)?;
+    Ok(Json(json!({ "key": key, "was_held": was_held })))
+}
+
+/// The answer to an admin call on a lock that failed: `400` for an invalid key, else as
+/// any other lock error.
+fn admin_error(e: LockError) -> ApiError {
+    if e.is_invalid_key() {
+        ApiError::new(StatusCode::BAD_REQUEST, e)
+    } else {
+        BankError::from(e).into()
     }
 }
 

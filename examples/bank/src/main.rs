@@ -16,6 +16,12 @@
 //! POST /accounts/{id}/withdraw   {"amount": 30}    (409 on insufficient funds)
 //! POST /transfers                {"from": "alice", "to": "bob", "amount": 20}
 //!                                (locks both accounts)
+//! GET /admin/locks/{key}         -> {"key": "balance:alice", "held": true, "kind": "write",
+//!                                    "holders": [{"token_prefix": "3f2a9c1e",
+//!                                    "lease_left_ms": 29874, "fencing_token": 7}],
+//!                                    "waiting": 1}
+//!                                (who holds a lock and how many wait, `null` where the
+//!                                store does not record it; the same `Authorization`)
 //! DELETE /admin/locks/{key}      -> {"key": "balance:alice", "was_held": true}
 //!                                (an operator forces a stuck lock open; needs
 //!                                `Authorization: Bearer $BANK_ADMIN_TOKEN`)

@@ -11,7 +11,7 @@ use axum::http::{Method, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use lock_core::{LockKind, LockOptions};
 use lock_tests::{RedisServer, eventually};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 
@@ -602,9 +602,14 @@ async fn the_demo_loses_nothing_with_locks_on() {
     }
 }
 
-/// `DELETE /admin/locks/{key}` with `token` as the bearer token, if any.
-async fn force_unlock(http: &Http, key: &str, token: Option<&str>) -> (StatusCode, Value) {
-    let mut request = http.request(Method::DELETE, &format!("/admin/locks/{key}"));
+/// `method /admin/locks/{key}` with `token` as the bearer token, if any.
+async fn admin_call(
+    http: &Http,
+    method: Method,
+    key: &str,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut request = http.request(method, &format!("/admin/locks/{key}"));
     if let Some(token) = token {
         request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
     }
@@ -617,8 +622,75 @@ async fn force_unlock(http: &Http, key: &str, token: Option<&str>) -> (StatusCod
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_endpoints_are_off_without_a_token() {
     let (http, _bank) = serve(config(None)).await;
-    let (status, body) = force_unlock(&http, "balance:alice", Some("guess")).await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    for method in [Method::GET, Method::DELETE] {
+        let (status, body) =
+            admin_call(&http, method.clone(), "balance:alice", Some("guess")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method}: {body}");
+    }
+}
+
+/// `GET /admin/locks/{key}` with the token: a free lock, then a held one with its holder
+/// and the deposit that waits for it, as a write hold. Refused without the token.
+async fn an_admin_sees_who_holds_a_lock(redis_url: Option<String>) {
+    let (http, bank) = serve(Config {
+        admin_token: Some("s3cret".into()),
+        ..config(redis_url)
+    })
+    .await;
+    let key = lock_key(&AccountId::parse("alice").unwrap());
+    let (status, body) = admin_call(&http, Method::GET, &key, Some("s3cret")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({ "key": key, "held": false }));
+
+    let write = LockOptions::new().kind(LockKind::Write);
+    let held = bank.locker().lock_with(&key, write).await.unwrap();
+    for token in [None, Some("wrong")] {
+        let (status, body) = admin_call(&http, Method::GET, &key, token).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}: {body}");
+    }
+    let update = tokio::spawn({
+        let http = http.clone();
+        async move { deposit(&http, "alice", 5).await }
+    });
+    eventually(DEADLINE, "the deposit to wait", || async {
+        let (_, body) = admin_call(&http, Method::GET, &key, Some("s3cret")).await;
+        body["waiting"] == 1
+    })
+    .await;
+    let (status, body) = admin_call(&http, Method::GET, &key, Some("s3cret")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["held"], &body["kind"]),
+        (&json!(true), &json!("write")),
+        "{body}"
+    );
+    let [holder] = body["holders"].as_array().unwrap().as_slice() else {
+        panic!("one writer: {body}");
+    };
+    assert_eq!(holder["token_prefix"].as_str().unwrap().len(), 8, "{body}");
+    let left = holder["lease_left_ms"].as_u64().unwrap();
+    assert!(
+        left > 0 && u128::from(left) <= lock_core::DEFAULT_LEASE.as_millis(),
+        "{body}"
+    );
+    assert_eq!(holder["fencing_token"], held.fencing_token(), "{body}");
+
+    held.release().await.unwrap();
+    let (status, body) = update.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = admin_call(&http, Method::GET, "a%0Ab", Some("s3cret")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_sees_who_holds_a_lock_in_memory() {
+    an_admin_sees_who_holds_a_lock(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_sees_who_holds_a_lock_on_redis() {
+    let redis = RedisServer::spawn();
+    an_admin_sees_who_holds_a_lock(Some(redis.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -636,13 +708,13 @@ async fn an_admin_forces_a_stuck_lock_open_with_the_token() {
     let stuck = bank.locker().lock_with(&key, write).await.unwrap();
 
     for token in [None, Some("wrong"), Some("s3cre"), Some("s3cretx")] {
-        let (status, body) = force_unlock(&http, &key, token).await;
+        let (status, body) = admin_call(&http, Method::DELETE, &key, token).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}: {body}");
         assert!(!body.to_string().contains("s3cret"), "{body}");
     }
     assert!(!stuck.is_lost(), "a refused call forced the lock open");
 
-    let (status, body) = force_unlock(&http, &key, Some("s3cret")).await;
+    let (status, body) = admin_call(&http, Method::DELETE, &key, Some("s3cret")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["was_held"], true, "{body}");
     // The account takes deposits again, and the stuck holder learns its lock is gone.
@@ -658,12 +730,12 @@ async fn an_admin_forces_a_stuck_lock_open_with_the_token() {
         .await
         .expect("the stuck holder never learnt of it");
 
-    let (status, body) = force_unlock(&http, &key, Some("s3cret")).await;
+    let (status, body) = admin_call(&http, Method::DELETE, &key, Some("s3cret")).await;
     assert_eq!(
         (status, &body["was_held"]),
         (StatusCode::OK, &Value::Bool(false)),
         "{body}"
     );
-    let (status, body) = force_unlock(&http, "a%0Ab", Some("s3cret")).await;
+    let (status, body) = admin_call(&http, Method::DELETE, "a%0Ab", Some("s3cret")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }

@@ -14,7 +14,7 @@ use crate::semaphore::miscounted;
 use crate::wait::handover::{FairHandOver, Handover};
 use crate::wait::line::{Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
-use crate::{LockError, LockKey, LockKind};
+use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 /// Locks kept in this process's memory, with the same semantics as Redis (leases, fencing
 /// tokens, wake-ups, fair lines, errors) on tokio's clock, so `tokio::time::pause()`
@@ -76,6 +76,7 @@ struct Holder {
     token: String,
     kind: LockKind,
     expires_at: Instant,
+    fence: u64,
 }
 
 /// A hand-over to deliver once the state's lock is dropped.
@@ -170,6 +171,7 @@ impl Entry {
             token: token.to_owned(),
             kind,
             expires_at: now + lease,
+            fence: self.fence,
         });
         self.fence
     }
@@ -183,6 +185,7 @@ impl Entry {
     ) -> Option<HandedOver> {
         let place = self.line.pop_front()?;
         let fence = self.take(&place.token, LockKind::Fair, place.lease, now, fence_ttl);
+        tracing::debug!(fence, "lock handed over to the next in line");
         let handover = FairHandOver {
             fence,
             at_us: clock_us,
@@ -476,6 +479,29 @@ impl MemoryStore {
         true
     }
 
+    /// Who holds `key` now, and how many tasks wait for it.
+    fn inspect(&self, key: &str) -> Option<LockInfo> {
+        let now = Instant::now();
+        let (kind, holders) = {
+            let state = self.state();
+            let e = state.entries.get(key)?;
+            let live: Vec<&Holder> = e.holders.iter().filter(|h| h.expires_at > now).collect();
+            let kind = match live.first()?.kind {
+                LockKind::Semaphore { permits } => LockKind::Semaphore {
+                    permits: e.permits.unwrap_or(permits),
+                },
+                kind => kind,
+            };
+            let holders = live
+                .iter()
+                .map(|h| HolderInfo::new(&h.token, Some(h.expires_at - now), Some(h.fence)))
+                .collect();
+            (kind, holders)
+        };
+        let waiting = self.lines.get(key).map_or(0, |line| line.waiting());
+        Some(LockInfo::new(Some(kind), holders, Some(waiting)))
+    }
+
     /// Takes writer `token` out of those waiting for `key`, which gave up: the readers
     /// waiting behind it may go in, and the next writer.
     fn stop_waiting_to_write(&self, key: &str, token: &str) {
@@ -585,6 +611,12 @@ impl Store for MemoryStore {
 
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
         Box::pin(std::future::ready(Ok(self.force_unlock(key.as_str()))))
+    }
+
+    /// Everything: the kind as taken, each holder's lease left and fencing token, and the
+    /// tasks waiting.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        Box::pin(ready(Ok(self.inspect(key.as_str()))))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
@@ -870,6 +902,58 @@ mod tests {
             asked_at(&m, "w2", Write, w2_since),
             Attempt::Held { .. }
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspect_shows_each_holder_with_its_lease_and_fence_and_the_tasks_waiting() {
+        use LockKind::{Read, Write};
+        let m = MemoryStore::with_fence_ttl(SEC * 60);
+        let ms = Duration::from_millis;
+        assert_eq!(m.inspect("k"), None, "never taken");
+
+        let token = "0123456789abcdef";
+        let fence = acquired(attempt(&m, "k", token, SEC * 2, Write, Duration::ZERO));
+        tokio::time::advance(ms(500)).await;
+        let writer = Acquire {
+            key: LockKey::new("k").unwrap(),
+            token: "w2".into(),
+            kind: Write,
+            lease: SEC,
+            deadline: Instant::now() + SEC,
+            since: Instant::now(),
+        };
+        let waiting = m.join(&writer).line;
+        let info = m.inspect("k").unwrap();
+        let holder = HolderInfo::new(token, Some(ms(1500)), Some(fence));
+        assert_eq!(info, LockInfo::new(Some(Write), vec![holder], Some(1)));
+        assert_eq!(info.holders[0].token_prefix, "01234567");
+        m.lines.leave(&waiting, WhenEmpty::Remove, |_| {});
+        tokio::time::advance(ms(1500)).await;
+        assert_eq!(m.inspect("k"), None, "its lease ran out");
+
+        let f1 = acquired(asked_at(&m, "r1", Read, Instant::now()));
+        tokio::time::advance(ms(100)).await;
+        let f2 = acquired(asked_at(&m, "r2", Read, Instant::now()));
+        let readers = vec![
+            HolderInfo::new("r1", Some(ms(9900)), Some(f1)),
+            HolderInfo::new("r2", Some(SEC * 10), Some(f2)),
+        ];
+        let info = m.inspect("k").unwrap();
+        assert_eq!(info, LockInfo::new(Some(Read), readers, Some(0)));
+        assert!(release(&m, "r1", Read) && release(&m, "r2", Read));
+        assert_eq!(m.inspect("k"), None, "released");
+
+        // A semaphore shows its stored count, not the one its holders asked with.
+        acquired(asked_at(
+            &m,
+            "p",
+            LockKind::Semaphore { permits: 3 },
+            Instant::now(),
+        ));
+        m.set_permits(&Arc::from("k"), 5);
+        let info = m.inspect("k").unwrap();
+        assert_eq!(info.kind, Some(LockKind::Semaphore { permits: 5 }));
+        assert_eq!(info.holders.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{LockError, LockKey, LockKind};
+use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// The future a store's call returns: boxed, so that stores can sit behind `dyn Store`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LockError>> + Send + 'a>>;
@@ -77,12 +77,31 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
         Box::pin(std::future::ready(Err(LockError::Config(reason))))
     }
 
+    /// Who holds the lock `key` now, and how many wait for it: `None` when nobody holds
+    /// it. For [`Locker::inspect`](crate::Locker::inspect), whose docs say what each
+    /// store reports; a field the store cannot know is `None`, and each holder is shown
+    /// by its token's prefix alone ([`HolderInfo::new`](crate::HolderInfo::new) keeps no
+    /// more). Changes nothing. The default answers [`LockError::Config`], naming the
+    /// store.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        let _ = key;
+        let reason = format!("the {} store cannot inspect a lock", self.name());
+        Box::pin(std::future::ready(Err(LockError::Config(reason))))
+    }
+
     /// Waits until the work this store started in the background has finished (such as
     /// giving back a lock whose acquire was cut short). Nothing, unless the store says
     /// otherwise.
     fn flush(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(std::future::ready(()))
     }
+
+    /// The last [`Locker`](crate::Locker) on this store is gone: stops the background
+    /// tasks that served its waiters (such as a pub/sub listener). Guards may outlive it
+    /// and still release their holds through the store; a store shared with another
+    /// `Locker` starts its tasks again when that one next needs them. Nothing, unless the
+    /// store says otherwise.
+    fn close(&self) {}
 }
 
 /// The error of a store asked for a lock `kind` it does not have.

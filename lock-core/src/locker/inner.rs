@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::backend::Store;
 use crate::lease::Lease;
@@ -60,14 +61,20 @@ impl Inner {
             return;
         };
         let store = self.store.clone();
-        self.background.spawn_on(
-            async move {
-                if let Err(e) = store.release(&lease.hold()).await {
-                    tracing::warn!(key = %lease.key, error = %e, "background release failed; the lease will expire");
-                }
-            },
-            &runtime,
-        );
+        let span = tracing::debug_span!("lock_release", key = %lease.key, fence = lease.fence);
+        let release = async move {
+            if let Err(e) = store.release(&lease.hold()).await {
+                tracing::warn!(error = %e, "background release failed; the lease will expire");
+            }
+        };
+        self.background.spawn_on(release.instrument(span), &runtime);
+    }
+
+    /// The last `Locker` clone is gone: stops the watchdog, which marks the holds still
+    /// alive lost, and the store's background tasks. The guards can still release.
+    pub(crate) fn close(&self) {
+        self.watchdog.close();
+        self.store.close();
     }
 
     /// Waits until the releases started in the background so far have been answered.

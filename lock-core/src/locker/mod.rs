@@ -7,13 +7,16 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::store::unsupported;
 use crate::backend::{Acquire, Acquired, Expiry, MemoryStore, Outcome, Store};
 use crate::lease::{Context, Lease};
 use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, Resolved};
 use crate::reentrancy::Reentry;
-use crate::{LockError, LockGuard, LockKey, LockKind, LockOptions, Semaphore, key, telemetry};
+use crate::{
+    LockError, LockGuard, LockInfo, LockKey, LockKind, LockOptions, Semaphore, key, telemetry,
+};
 
 mod builder;
 pub(crate) mod inner;
@@ -28,6 +31,13 @@ static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
 
 /// Takes and gives back locks. Cheap to clone (an `Arc` inside): make one per process and
 /// share it.
+///
+/// A `Locker` runs background tasks: a watchdog that renews its guards' leases and, on
+/// Redis, a pub/sub listener that wakes its waiters. Dropping its last clone stops them,
+/// even while guards it gave are still alive: those guards' leases are no longer renewed,
+/// so each is marked lost at once ([`LockGuard::lost`] resolves, a
+/// [`scope`](LockGuard::scope) is cancelled), and releasing or dropping one still gives
+/// its lock back. Keep the `Locker` for as long as its guards.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -56,6 +66,17 @@ static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
 #[derive(Clone)]
 pub struct Locker {
     pub(crate) inner: Arc<Inner>,
+    /// Shared by the clones, not by the guards: the last clone dropped closes `inner`.
+    _open: Arc<Open>,
+}
+
+/// Closes a `Locker`'s background work when its last clone is dropped.
+struct Open(Arc<Inner>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl fmt::Debug for Locker {
@@ -177,8 +198,10 @@ impl Locker {
     }
 
     fn on(store: Arc<dyn Store>, defaults: Defaults, max_key_len: usize) -> Locker {
+        let inner = Arc::new(Inner::new(store, defaults, max_key_len));
         Locker {
-            inner: Arc::new(Inner::new(store, defaults, max_key_len)),
+            _open: Arc::new(Open(inner.clone())),
+            inner,
         }
     }
 
@@ -220,14 +243,9 @@ impl Locker {
             Ok(checked) => checked,
             Err(e) => return Either::Right(std::future::ready(Err(e))),
         };
-        let token: Arc<str> = Arc::from(
-            &*uuid::Uuid::new_v4()
-                .hyphenated()
-                .encode_lower(&mut uuid::Uuid::encode_buffer()),
-        );
         let mut request = Acquire {
             key,
-            token,
+            token: opts.kind.new_token(),
             kind: opts.kind,
             lease: opts.lease,
             // Both set when the wait starts: at the first poll.
@@ -241,8 +259,9 @@ impl Locker {
             label,
             ..
         } = opts;
+        let span = tracing::debug_span!("lock_acquire", key = %request.key, kind = ?request.kind, lock = label);
         // A block: an async fn would keep a second copy of the request (280 B, not 160).
-        Either::Left(async move {
+        let acquire = async move {
             let store = &*self.inner.store;
             if !store.supports(request.kind) {
                 return Err(unsupported(store, &request.key, request.kind));
@@ -281,7 +300,8 @@ impl Locker {
                     })
                 }
             }
-        })
+        };
+        Either::Left(acquire.instrument(span))
     }
 
     /// The guard of the lock `request` took, held by the task that takes it. Its lease
@@ -467,5 +487,66 @@ impl Locker {
         let key = LockKey::with_max_len(key, self.inner.max_key_len)?;
         tracing::warn!(key = %key, "forcing a lock open");
         self.inner.store.force_unlock(&key).await
+    }
+
+    /// Who holds the lock `key`, as its store sees it now: `None` when nobody does, else
+    /// how it is held, each holder (the first 8 characters of its token, its lease left,
+    /// its fencing token) and how many wait for it. An operator's tool, to find out what
+    /// a stuck request waits for before [`force_unlock`](Self::force_unlock); it changes
+    /// nothing, and the answer may be stale by the time it arrives.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{LockKind, Locker};
+    ///
+    /// let locker = Locker::in_memory();
+    /// assert_eq!(locker.inspect("job:nightly").await?, None, "free");
+    /// let guard = locker.lock("job:nightly").await?;
+    /// let info = locker.inspect("job:nightly").await?.expect("held");
+    /// assert_eq!(info.kind, Some(LockKind::Exclusive));
+    /// let holder = &info.holders[0];
+    /// assert_eq!(holder.token_prefix.len(), 8);
+    /// assert_eq!(holder.fencing_token, Some(guard.fencing_token()));
+    /// assert!(holder.lease_left.unwrap() <= lock_core::DEFAULT_LEASE);
+    /// assert_eq!(info.waiting, Some(0));
+    /// guard.release().await?;
+    /// assert_eq!(locker.inspect("job:nightly").await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// What each store reports:
+    ///
+    /// - **In memory**: everything. The kind as taken, each holder's lease left and
+    ///   fencing token, and the tasks waiting for the lock (of every `Locker` sharing the
+    ///   store) as `waiting`.
+    /// - **Redis** (one server, Sentinel, Cluster; one read-only script on the lock's
+    ///   keys, which share its hash tag): the readers of a read hold and the permits in
+    ///   use of a semaphore, each with its lease left (server clock), and the semaphore's
+    ///   stored count as its `permits`; but no fencing token for them, which Redis does not
+    ///   keep per holder. A hold by one owner shows as the kind its token's mark names
+    ///   (every owner token is a random UUID and a mark, `:x`, `:f` or `:w`; `None` for
+    ///   a token of lock-core 0.1, without one), with its lease left and,
+    ///   as its fencing token, the lock's fence counter, which is the owner's own: nothing
+    ///   draws a token from it while an owner holds the lock but the script that made it
+    ///   the owner (`None` should the counter have run out). On Sentinel that token is
+    ///   shown only while the master has had no failover (its epoch is 0): after one, a
+    ///   holder's token carries the epoch its own connection saw, which Redis does not
+    ///   record. `waiting` counts the `Locker`s
+    ///   registered to be woken: not their tasks, not a `Locker` that polls without
+    ///   wake-ups, and not one just woken until its waiter asks again.
+    /// - **RedLock**: every master is asked, and a majority must answer
+    ///   ([`LockError::Quorum`] otherwise). A holder is shown when as many masters as its
+    ///   kind's quorum show it (those its guard needs), with the lease left that this many
+    ///   of them still give it (without the guard's drift allowance); no fencing token
+    ///   (the guard's is reckoned from the granting masters' counters, which no master
+    ///   records); `waiting` is the most `Locker`s that a majority of the masters count.
+    ///   The kind as on Redis.
+    /// - **A store of your own** answers [`LockError::Config`] unless it implements
+    ///   [`Store::inspect`](crate::backend::Store::inspect).
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        let key = LockKey::with_max_len(key, self.inner.max_key_len)?;
+        self.inner.store.inspect(&key).await
     }
 }

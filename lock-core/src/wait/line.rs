@@ -408,7 +408,12 @@ impl<L> Line<L> {
 
     /// Whether tasks of this process wait for the lock.
     pub(crate) fn has_waiters(&self) -> bool {
-        self.count.load(Ordering::Relaxed) > 0
+        self.waiting() > 0
+    }
+
+    /// How many tasks of this process wait for the lock.
+    pub(crate) fn waiting(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
     }
 
     /// Claims the longest-waiting waiter for a local hand-over, unless `max` were made in

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, timeout};
 
 /// `holder` takes lock `name`, a task of `waiter` waits for it, and the release lets the
 /// waiter in well before `safety_poll`, the interval at which it would try again unwoken:
@@ -28,8 +28,12 @@ pub(crate) async fn a_release_wakes_the_waiter(
             got
         }
     });
-    // No public signal says a waiter is parked: give it a moment.
-    sleep(Duration::from_millis(200)).await;
+    // Registered to be woken, as the store shows it.
+    lock_tests::eventually(safety_poll, "the waiter to wait", || async {
+        let info = holder.inspect(name).await.unwrap();
+        info.and_then(|info| info.waiting) >= Some(1)
+    })
+    .await;
     assert!(!waiting.is_finished(), "{name}: the waiter got a held lock");
     let released = Instant::now();
     held.release().await.unwrap();

@@ -7,7 +7,7 @@
 //! woken by a release, lease loss cancelling `with_lock`, dropped guards and dropped
 //! acquires, reentrancy, bad keys, and kinds a store lacks; then the read-write lock
 //! ([`suite::read_write`]) and the semaphore ([`suite::semaphore`]), skipped for a store
-//! that lacks them. It asserts no speed: every wait
+//! that lacks them, and what an operator sees of a lock ([`suite::inspect`]). It asserts no speed: every wait
 //! is on a condition, bounded by a deadline, and each test by [`suite::TEST_LIMIT`].
 //!
 //! # How a store joins

@@ -14,9 +14,11 @@ use lock_core::{DEFAULT_MAX_KEY_LEN, LockError, LockKind, LockOptions, Locker};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
+mod inspect;
 mod read_write;
 mod semaphore;
 
+pub(crate) use inspect::*;
 pub(crate) use read_write::*;
 pub(crate) use semaphore::*;
 
@@ -75,6 +77,8 @@ macro_rules! conformance {
             permits_are_not_reentrant,
             dropped_guards_of_every_kind_free_their_hold,
             force_unlock_frees_a_held_lock_and_its_holder_learns_of_it,
+            inspect_shows_the_holder_of_a_lock_and_who_waits,
+            inspect_counts_readers_and_permits,
         );
     };
     (@tests $store:ident, $make:expr; $($test:ident),+ $(,)?) => {

@@ -13,6 +13,7 @@ use crate::LockError;
 use crate::backend::store::Acquire;
 use crate::wait::Attempt;
 use redis::RedisResult;
+use tracing::Instrument;
 
 impl RedisStore {
     /// One attempt at an exclusive lock; a caller that waits (`waits_for` not zero) is
@@ -54,7 +55,10 @@ impl RedisStore {
         token: &str,
     ) -> Result<bool, LockError> {
         match self.plan_release(key) {
-            ReleasePlan::HandOver(claim) => self.hand_over(key, token, claim).await,
+            ReleasePlan::HandOver(claim) => {
+                let span = tracing::debug_span!("lock_handover");
+                self.hand_over(key, token, claim).instrument(span).await
+            }
             ReleasePlan::Free(own_waiters) => {
                 let mut conn = self.connection.get().await?;
                 self.free_exclusive(&mut conn, key, token, own_waiters)

@@ -128,7 +128,7 @@ impl RedisStore {
             waiter.handover_failed(HandoverFailed::NotHeld);
             return Ok(false);
         };
-        tracing::trace!(key = %key, fence, "lock handed over to a local waiter");
+        tracing::debug!(fence, "lock handed over to a local waiter");
         if waiter.handed_over(fence, sent_at + lease) == Leftover::Release {
             let own_waiters = self.own_waiters(self.lines.get(key.as_str()).as_deref());
             let freed = self

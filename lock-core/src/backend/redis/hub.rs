@@ -133,6 +133,12 @@ impl Hub {
         *tx = Some(new_tx);
     }
 
+    /// Ends the hub task, which drops its pub/sub connection. The next wait starts
+    /// another.
+    pub(super) fn stop(&self) {
+        *self.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Listen for the lock `key`'s wake-ups.
     pub(super) fn subscribe(&self, key: Arc<str>) {
         self.send(HubCmd::Subscribe(key));
@@ -293,6 +299,11 @@ impl Task {
             Some((token, mut handover)) => {
                 // Drawn by a release on the master, of the newest epoch known.
                 handover.fence = in_epoch(self.endpoint.epoch(), handover.fence);
+                tracing::debug!(
+                    key,
+                    fence = handover.fence,
+                    "fair lock handed over to the next in line"
+                );
                 self.lines.deliver(key, token, handover);
             }
             None => {

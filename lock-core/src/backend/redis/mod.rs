@@ -32,7 +32,7 @@ use crate::kind::Sharing;
 use crate::wait::handover::{Handover, Leftover};
 use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left};
-use crate::{LockError, LockKey, LockKind};
+use crate::{LockError, LockInfo, LockKey, LockKind};
 
 mod connection;
 mod exclusive;
@@ -54,7 +54,7 @@ use connection::{Conn, Connection, Endpoint, Source};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub(crate) use redlock::{Drift, RedLockStore};
-use scripts::{FenceSeed, Publish, ScriptCall, Scripts, Sent};
+use scripts::{FenceSeed, Publish, ScriptCall, Scripts, Seen, Sent};
 pub(crate) use sentinel::Sentinels;
 
 /// How an attempt asks a server: where a new fence counter starts, and what becomes of
@@ -439,6 +439,34 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Who holds lock `key` on this server, if anyone, read in one call that changes
+    /// nothing. An owner's fencing token is kept only while the master has had no
+    /// failover (epoch 0): after one, the owner's token carries the epoch its own
+    /// connection saw, which the server does not record.
+    async fn seen(&self, key: &LockKey) -> Result<Option<Seen>, LockError> {
+        let key = self.key(key);
+        let mut call = self.scripts.inspect.key(key.as_str());
+        call.key(key.fence())
+            .key(key.readers())
+            .key(key.holders())
+            .key(key.permits())
+            .key(key.lockers());
+        self.connection
+            .run_in_hand("inspect a lock", |mut in_hand| {
+                let call = &call;
+                async move {
+                    let seen: Option<Seen> = call.invoke_async(&mut in_hand.conn).await?;
+                    Ok(seen.map(|mut seen| {
+                        if in_hand.epoch != 0 {
+                            seen.fence = None;
+                        }
+                        seen
+                    }))
+                }
+            })
+            .await
+    }
+
     /// Releases lock `key` as `how` says, in the background: a lock handed over to a
     /// waiter that gave up, a fair waiter leaving the line, an acquire cut short.
     fn release_detached(&self, key: &RedisKey, token: &str, how: Release) {
@@ -539,6 +567,11 @@ impl Store for RedisStore {
         })
     }
 
+    /// See [`Locker::inspect`](crate::Locker::inspect) for what it reports.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        Box::pin(async move { Ok(self.seen(key).await?.map(Seen::info)) })
+    }
+
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
         Box::pin(self.available_permits(key, permits))
     }
@@ -553,6 +586,12 @@ impl Store for RedisStore {
             self.background.wait().await;
             self.background.reopen();
         })
+    }
+
+    fn close(&self) {
+        if let Some(hub) = &self.hub {
+            hub.stop();
+        }
     }
 }
 

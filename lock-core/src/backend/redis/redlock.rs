@@ -27,6 +27,7 @@
 //! The quorum is a majority, except for a semaphore of `p` permits, which needs
 //! `⌊p·n/(p+1)⌋ + 1` of `n` masters so that `p + 1` holders can never each have theirs.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -38,14 +39,14 @@ use tokio::time::Instant;
 
 use super::hub::Listening;
 use super::keys::RedisKey;
-use super::scripts::FenceSeed;
+use super::scripts::{FenceSeed, Seen};
 use super::{Asking, CutShort, RedisConfig, RedisStore, Release};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::kind::Sharing;
 use crate::wait::handover::Handover;
 use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left};
-use crate::{LockError, LockKey, LockKind};
+use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 /// The share of the lease each master gets to answer an attempt or a renewal.
 const PER_MASTER: u32 = 20;
@@ -209,6 +210,46 @@ impl RedLockStore {
         });
         let raised = join_all(raises).await.into_iter().filter(|&r| r).count();
         at_fence + raised >= needed
+    }
+
+    /// What the masters that answered an inspection (`seen` by each of them, `None` where
+    /// the lock is free) agree on: each holder that as many of them as its kind's quorum
+    /// show, with the lease left that this many give it; no fencing token, which no
+    /// master records (the guard's is reckoned from the granting masters' counters); the
+    /// most `Locker`s that a majority of all masters count as waiting. `None` when no
+    /// holder has its quorum.
+    fn agreed(&self, seen: &[Option<Seen>]) -> Option<LockInfo> {
+        let views: Vec<&Seen> = seen.iter().flatten().collect();
+        // Each token any master shows: its kind, and the lease each master gives it.
+        let mut leases: HashMap<&str, (Option<LockKind>, Vec<Option<Duration>>)> = HashMap::new();
+        for view in &views {
+            for (token, left) in &view.holders {
+                let (_, lefts) = leases
+                    .entry(token)
+                    .or_insert_with(|| (view.kind(), Vec::new()));
+                lefts.push(*left);
+            }
+        }
+        let mut kind = None;
+        let holders: Vec<HolderInfo> = leases
+            .into_iter()
+            .filter_map(|(token, (held_as, mut lefts))| {
+                let needed = self.quorum(held_as.unwrap_or(LockKind::Exclusive));
+                if lefts.len() < needed {
+                    return None;
+                }
+                kind = held_as;
+                lefts.sort_unstable_by(|a, b| b.cmp(a));
+                Some(HolderInfo::new(token, lefts[needed - 1], None))
+            })
+            .collect();
+        if holders.is_empty() {
+            return None;
+        }
+        let mut waiting: Vec<usize> = views.iter().map(|view| view.lockers).collect();
+        waiting.sort_unstable_by(|a, b| b.cmp(a));
+        let waiting = waiting.get(majority(self.masters.len()) - 1).copied();
+        Some(LockInfo::new(kind, holders, waiting))
     }
 
     /// Gives back, on every master in `granted`, the hold an attempt that fell short took
@@ -501,6 +542,20 @@ impl Store for RedLockStore {
         })
     }
 
+    /// On every master; a majority must answer. See [`agreed`](Self::agreed) for what
+    /// they must agree on.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        Box::pin(async move {
+            let answers = self.ask_all(self.patience(), |m| m.seen(key)).await;
+            let seen: Vec<Option<Seen>> = answers.into_iter().flatten().collect();
+            let needed = majority(self.masters.len());
+            if seen.len() < needed {
+                return Err(self.quorum_error(key, seen.len(), needed));
+            }
+            Ok(self.agreed(&seen))
+        })
+    }
+
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
         Box::pin(async move {
             let answers = self
@@ -535,6 +590,10 @@ impl Store for RedLockStore {
         Box::pin(async move {
             join_all(self.masters.iter().map(|m| m.flush())).await;
         })
+    }
+
+    fn close(&self) {
+        self.masters.iter().for_each(RedisStore::close);
     }
 }
 

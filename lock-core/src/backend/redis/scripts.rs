@@ -19,9 +19,10 @@ use super::connection::Conn;
 use super::sentinel::in_epoch;
 use super::slots::{Node, Slots};
 use crate::backend::store::Acquire;
+use crate::kind::Sharing;
 use crate::semaphore::miscounted;
 use crate::wait::Attempt;
-use crate::{LockError, LockKind};
+use crate::{HolderInfo, LockError, LockInfo, LockKind};
 use tokio::time::Instant;
 
 /// A script that takes `$keys` keys: its helpers (each prepended file), then its body,
@@ -177,6 +178,8 @@ pub(super) struct Scripts {
     pub(super) raise_fence: LockScript,
     /// Free a lock whoever holds it: whether it was held.
     pub(super) force_unlock: LockScript,
+    /// Who holds a lock, changing nothing: [`Seen`], if anyone.
+    pub(super) inspect: LockScript,
 }
 
 impl Scripts {
@@ -220,11 +223,12 @@ impl Scripts {
             held: script!(publish, 2: "shared.lua", "held.lua"),
             raise_fence: script!(publish, 1: "raise_fence.lua"),
             force_unlock: script!(publish, 5: "lockers.lua", "force_unlock.lua"),
+            inspect: script!(publish, 6: "shared.lua", "inspect.lua"),
         }
     }
 
     /// Each script, to load them all up front.
-    pub(super) fn all(&self) -> [&LockScript; 18] {
+    pub(super) fn all(&self) -> [&LockScript; 19] {
         [
             &self.acquire,
             &self.release,
@@ -244,6 +248,7 @@ impl Scripts {
             &self.held,
             &self.raise_fence,
             &self.force_unlock,
+            &self.inspect,
         ]
     }
 }
@@ -450,6 +455,73 @@ impl FromRedisValue for FairAcquireReply {
     }
 }
 
+/// The inspect script's reply: a lock as one server shows it, its holders by their whole
+/// token (by which RedLock matches them across masters; only a prefix leaves the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Seen {
+    /// How its holders share it.
+    pub(super) sharing: Sharing,
+    /// A semaphore's stored count.
+    pub(super) permits: Option<u32>,
+    /// How many `Locker`s are registered to be woken when it is freed.
+    pub(super) lockers: usize,
+    /// Each holder's token, and its lease left.
+    pub(super) holders: Vec<(String, Option<Duration>)>,
+    /// The owner's fencing token as drawn (without a failover epoch); none for shared
+    /// holds.
+    pub(super) fence: Option<u64>,
+}
+
+impl FromRedisValue for Seen {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (mark, permits, lockers, fence, holders) =
+            <(String, Option<u32>, usize, Option<u64>, Vec<(String, i64)>)>::from_redis_value(v)?;
+        let sharing = match mark.as_str() {
+            "" => Sharing::Owner,
+            "read" => Sharing::Read,
+            "semaphore" => Sharing::Permit,
+            other => return Err(format!("unexpected inspect mark {other:?}").into()),
+        };
+        Ok(Self {
+            sharing,
+            permits,
+            lockers,
+            holders: holders
+                .into_iter()
+                .map(|(token, left)| (token, millis(left)))
+                .collect(),
+            fence,
+        })
+    }
+}
+
+impl Seen {
+    /// The kind it is held as: an owner's from its token's mark (none for a token of
+    /// lock-core 0.1, without one).
+    pub(super) fn kind(&self) -> Option<LockKind> {
+        match self.sharing {
+            Sharing::Owner => {
+                let (token, _) = self.holders.first()?;
+                LockKind::of_owner_token(token)
+            }
+            Sharing::Read => Some(LockKind::Read),
+            Sharing::Permit => self.permits.map(|permits| LockKind::Semaphore { permits }),
+        }
+    }
+
+    /// What an operator sees of it.
+    pub(super) fn info(self) -> LockInfo {
+        let kind = self.kind();
+        let fence = self.fence;
+        let holders = self
+            .holders
+            .iter()
+            .map(|(token, left)| HolderInfo::new(token, *left, fence))
+            .collect();
+        LockInfo::new(kind, holders, Some(self.lockers))
+    }
+}
+
 fn positive(n: i64) -> Result<u64, ParsingError> {
     u64::try_from(n).map_err(|_| format!("{n} is not a positive number").into())
 }
@@ -485,6 +557,63 @@ mod tests {
             }
         }
         assert_eq!(publishes, 6);
+    }
+
+    #[test]
+    fn inspect_replies_are_read_by_shape() {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let held = |mark, count: Value, fence: Value, holders: &[(&str, i64)]| {
+            let holders = holders
+                .iter()
+                .map(|&(token, left)| Value::Array(vec![text(token), Value::Int(left)]))
+                .collect();
+            let reply = vec![
+                text(mark),
+                count,
+                Value::Int(2),
+                fence,
+                Value::Array(holders),
+            ];
+            Seen::from_redis_value(Value::Array(reply))
+        };
+        let owner = held("", Value::Nil, text("42"), &[("tok", 1500)]).unwrap();
+        assert_eq!(
+            owner.kind(),
+            None,
+            "a token without a kind's mark, as 0.1 made"
+        );
+        for (mark, kind) in [
+            ("x", LockKind::Exclusive),
+            ("f", LockKind::Fair),
+            ("w", LockKind::Write),
+        ] {
+            let token = format!("3f2a9c1e-8b4d-4f6a-9e2b-7c5d1a0b3e4f:{mark}");
+            let marked = held("", Value::Nil, text("42"), &[(&token, 1500)]).unwrap();
+            assert_eq!(marked.kind(), Some(kind));
+        }
+        assert_eq!(
+            owner.info(),
+            LockInfo::new(
+                None,
+                vec![HolderInfo::new(
+                    "tok",
+                    Some(Duration::from_millis(1500)),
+                    Some(42)
+                )],
+                Some(2)
+            )
+        );
+        let no_expiry = held("", Value::Nil, Value::Nil, &[("tok", -1)]).unwrap();
+        assert_eq!(no_expiry.holders, [("tok".to_owned(), None)]);
+        let permits = held("semaphore", text("3"), Value::Nil, &[("a", 5), ("b", 9)]).unwrap();
+        assert_eq!(permits.kind(), Some(LockKind::Semaphore { permits: 3 }));
+        let info = permits.info();
+        assert_eq!(info.holders.len(), 2);
+        assert!(info.holders.iter().all(|h| h.fencing_token.is_none()));
+        let readers = held("read", Value::Nil, Value::Nil, &[("a", 5)]).unwrap();
+        assert_eq!(readers.kind(), Some(LockKind::Read));
+        assert!(held("reed", Value::Nil, Value::Nil, &[]).is_err());
+        assert_eq!(<Option<Seen>>::from_redis_value(Value::Nil).unwrap(), None);
     }
 
     #[test]

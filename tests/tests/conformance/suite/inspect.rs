@@ -1,0 +1,143 @@
+//! `Locker::inspect`: who holds a lock, as its store sees it. A store may not know every
+//! field (the kind of a hold by one owner, a holder's fencing token, the waiters); what it
+//! reports must be true.
+
+use lock_core::{HolderInfo, LockInfo};
+use lock_tests::eventually;
+
+use super::*;
+
+/// A lease long enough to outlast the test, and short enough to tell from the default.
+const LEASE: Duration = Duration::from_secs(20);
+
+/// A free key shows nothing; a held one, its one holder (a token's prefix, the lease left,
+/// the guard's fencing token where the store reports it), then the other `Locker`'s
+/// waiter where the store counts waiters; released, nothing again. A bad key is refused.
+pub(crate) async fn inspect_shows_the_holder_of_a_lock_and_who_waits(store: &impl StoreUnderTest) {
+    let [a, b] = two(store).await;
+    assert_eq!(b.inspect("inspected").await.unwrap(), None, "never taken");
+    let guard = a
+        .lock_with("inspected", LockOptions::new().lease(LEASE))
+        .await
+        .unwrap();
+    let info = b.inspect("inspected").await.unwrap().expect("held");
+    assert_eq!(info.kind, Some(LockKind::Exclusive), "{info:?}");
+    let [holder] = &info.holders[..] else {
+        panic!("one owner, not {info:?}");
+    };
+    assert_holder(holder, LEASE, &[guard.fencing_token()]);
+
+    let waiter = spawn_waiter(&b, "inspected", None);
+    if info.waiting.is_some() {
+        eventually(PATIENCE, "the waiter counted", || async {
+            waiting(&a, "inspected").await >= 1
+        })
+        .await;
+    }
+    guard.release().await.unwrap();
+    assert!(join(waiter).await, "the waiter never got the lock");
+    b.flush().await;
+    assert_eq!(a.inspect("inspected").await.unwrap(), None, "released");
+
+    for bad in [String::new(), "x".repeat(DEFAULT_MAX_KEY_LEN + 1)] {
+        let err = a.inspect(&bad).await.unwrap_err();
+        assert!(err.is_invalid_key(), "{err}");
+    }
+}
+
+/// Readers show as a read hold with one holder each, a semaphore as its stored count with
+/// one holder per permit in use, a writer as one owner; each as it comes and goes.
+pub(crate) async fn inspect_counts_readers_and_permits(store: &impl StoreUnderTest) {
+    let Some([a, b]) = two_with(store, &[LockKind::Read, LockKind::Semaphore { permits: 1 }]).await
+    else {
+        return; // a store without these kinds: nothing to check
+    };
+    // Each reader in a task of its own: a task that reads again re-enters its first read.
+    let mut readers = Vec::new();
+    for locker in [&a, &b, &a] {
+        let locker = locker.clone();
+        readers.push(
+            join(tokio::spawn(
+                async move { locker.read("doc").await.unwrap() },
+            ))
+            .await,
+        );
+    }
+    let tokens: Vec<u64> = readers.iter().map(|r| r.fencing_token()).collect();
+    let info = b.inspect("doc").await.unwrap().expect("read");
+    assert_eq!(info.kind, Some(LockKind::Read), "{info:?}");
+    assert_eq!(info.holders.len(), 3, "{info:?}");
+    for holder in &info.holders {
+        assert_holder(holder, lock_core::DEFAULT_LEASE, &tokens);
+    }
+    assert_distinct(&info);
+    readers.pop().unwrap().release().await.unwrap();
+    let info = b.inspect("doc").await.unwrap().expect("read");
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    for reader in readers {
+        reader.release().await.unwrap();
+    }
+    assert_eq!(b.inspect("doc").await.unwrap(), None, "every reader left");
+
+    let writer = b.write("doc").await.unwrap();
+    let info = a.inspect("doc").await.unwrap().expect("written");
+    assert_eq!(info.kind, Some(LockKind::Write), "{info:?}");
+    let [holder] = &info.holders[..] else {
+        panic!("one writer, not {info:?}");
+    };
+    assert_holder(holder, lock_core::DEFAULT_LEASE, &[writer.fencing_token()]);
+    writer.release().await.unwrap();
+
+    let pool = a.semaphore("pool", 3);
+    let permits = [pool.acquire().await.unwrap(), pool.acquire().await.unwrap()];
+    let info = b.inspect("pool").await.unwrap().expect("permits in use");
+    assert_eq!(
+        info.kind,
+        Some(LockKind::Semaphore { permits: 3 }),
+        "{info:?}"
+    );
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    assert_distinct(&info);
+    for permit in permits {
+        permit.release().await.unwrap();
+    }
+    assert_eq!(
+        b.inspect("pool").await.unwrap(),
+        None,
+        "every permit given back"
+    );
+}
+
+/// A holder as shown: the first 8 characters of an owner token (a v4 UUID, whose first 8
+/// are hex digits), a lease left within `lease`, and one of `tokens` as its fencing token
+/// where the store reports one.
+fn assert_holder(holder: &HolderInfo, lease: Duration, tokens: &[u64]) {
+    let prefix = &holder.token_prefix;
+    assert!(
+        prefix.len() == 8 && prefix.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{prefix:?} is not a token's prefix"
+    );
+    if let Some(left) = holder.lease_left {
+        assert!(
+            left > Duration::ZERO && left <= lease,
+            "{left:?} left of {lease:?}"
+        );
+    }
+    if let Some(fence) = holder.fencing_token {
+        assert!(tokens.contains(&fence), "{fence} is not one of {tokens:?}");
+    }
+}
+
+/// Each holder shows a token of its own.
+fn assert_distinct(info: &LockInfo) {
+    let mut prefixes: Vec<&str> = info.holders.iter().map(|h| &*h.token_prefix).collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    assert_eq!(prefixes.len(), info.holders.len(), "{info:?}");
+}
+
+/// How many wait for `key`, as the store counts them; 0 when it is free.
+async fn waiting(locker: &Locker, key: &str) -> usize {
+    let info = locker.inspect(key).await.unwrap();
+    info.and_then(|info| info.waiting).unwrap_or(0)
+}
