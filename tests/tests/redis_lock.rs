@@ -217,6 +217,54 @@ async fn a_server_paused_past_the_lease_means_the_lock_is_lost() {
     assert!(next.fencing_token() > guard.fencing_token());
 }
 
+/// Each answer is waited for as long as the response timeout: a server that answers late,
+/// within it, serves the call; past it, the call fails with a backend error, and the lock
+/// that the unanswered acquire took is given back once the server runs again.
+#[tokio::test]
+async fn the_response_timeout_bounds_each_answer() {
+    let server = RedisServer::spawn();
+    let patient = Locker::builder()
+        .url(&server.url())
+        .response_timeout(10 * SEC)
+        .build()
+        .await
+        .expect("connect to the test server");
+    let hasty = connect(&server).await;
+    server.pause();
+    let late = tokio::spawn({
+        let patient = patient.clone();
+        async move { patient.try_lock("late").await }
+    });
+    let started = Instant::now();
+    let err = hasty.try_lock("hasty").await.unwrap_err();
+    let waited = started.elapsed();
+    server.resume();
+    assert!(err.is_backend(), "{err}");
+    assert!(
+        (Duration::from_millis(400)..5 * SEC).contains(&waited),
+        "the default response timeout is 500 ms; waited {waited:?}"
+    );
+    let guard = late
+        .await
+        .unwrap()
+        .expect("answered late, within the response timeout");
+    assert!(guard.is_some(), "the late answer granted the lock");
+    eventually(
+        3 * SEC,
+        "the timed-out acquire's lock to be given back",
+        || async { !exists(&server, "hasty") },
+    )
+    .await;
+    assert!(free_for_others(&hasty, "hasty").await);
+    let zero = Locker::builder()
+        .url(&server.url())
+        .response_timeout(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(zero.to_string().contains("response timeout"), "{zero}");
+}
+
 async fn fencing(lockers: [Locker; 2]) {
     let tokens = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();

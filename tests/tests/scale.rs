@@ -45,8 +45,9 @@ async fn crowd(server: &RedisServer, waiter: &Locker, tasks_before: usize) -> us
     let channels = || count(server, &["PUBSUB", "CHANNELS", "lock:{scale:*:released:*"]);
     let waiting_sets = || count(server, &["KEYS", "lock:{scale:*}:lockers"]);
     // In steps, each once the server has seen the step before try: a hundred thousand
-    // first attempts at once would queue on the connection past its response timeout,
-    // and fail their calls.
+    // first attempts at once would queue on the connection past its response timeout
+    // (500 ms unless `LockerBuilder::response_timeout` says otherwise), and fail their
+    // calls.
     let mut waiting = Vec::with_capacity(WAITERS);
     for start in (0..WAITERS).step_by(STEP) {
         let tried = server.calls("evalsha");

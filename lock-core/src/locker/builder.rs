@@ -8,7 +8,7 @@ use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
 use crate::backend::redis::{
-    ClusterSeeds, Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, redact,
+    ClusterSeeds, Drift, RedLockStore, RedisConfig, RedisStore, Sentinels, Timeouts, redact,
 };
 use crate::backend::{MemoryStore, Store};
 use crate::options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
@@ -18,6 +18,9 @@ use crate::{LockError, key};
 pub const DEFAULT_NAMESPACE: &str = "lock:";
 /// How long connecting to Redis may take, unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a command may wait for Redis's answer, unless told otherwise (redis-rs's own
+/// default).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How many releases of an exclusive lock in a row may hand it straight to a task of the
 /// same `Locker`, unless told otherwise.
 pub const DEFAULT_LOCAL_HANDOVERS: u32 = 8;
@@ -69,6 +72,7 @@ pub struct LockerBuilder {
     max_key_len: Option<usize>,
     fence_ttl: Option<Duration>,
     connect_timeout: Option<Duration>,
+    response_timeout: Option<Duration>,
     local_handovers: Option<u32>,
     safety_poll: Option<Duration>,
     trust: Trust,
@@ -109,6 +113,7 @@ impl fmt::Debug for LockerBuilder {
             .field("max_key_len", &self.max_key_len)
             .field("fence_ttl", &self.fence_ttl)
             .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
             .field("local_handovers", &self.local_handovers)
             .field("safety_poll", &self.safety_poll)
             .finish()
@@ -232,6 +237,19 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a command may wait for Redis's answer before its call fails with
+    /// [`LockError::Backend`] (default 500 ms, redis-rs's own). Commands queue on one
+    /// connection per server, so a burst of many thousand first attempts at once, a
+    /// server busy with a slow command, or a slow network can take longer than the
+    /// default; raise it there. An acquisition that timed out may still have taken its
+    /// lock: that lock is given back once the answer arrives, or else runs out with its
+    /// lease. Applies to every Redis deployment, a [`pool`](Self::pool)'s connection
+    /// included.
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.response_timeout = Some(d);
+        self
+    }
+
     /// How many releases of an exclusive lock in a row may hand it straight to a task of
     /// this `Locker` that waits for it (default 8; 0 turns local hand-overs off). On
     /// Redis, a local hand-over changes the owner and draws the waiter's fencing token in
@@ -310,7 +328,15 @@ impl LockerBuilder {
                 "safety poll must be from {MIN_SAFETY_POLL:?} to {MAX_SAFETY_POLL:?}, got {safety_poll:?}"
             )));
         }
-        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let timeouts = Timeouts {
+            connect: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            response: self.response_timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT),
+        };
+        if timeouts.response.is_zero() {
+            return Err(LockError::Config(
+                "response timeout must not be zero".into(),
+            ));
+        }
         let local_handovers = self.local_handovers.unwrap_or(DEFAULT_LOCAL_HANDOVERS);
         let redis = self.url.is_some() || self.pool.is_some();
         if let Some(urls) = self.redlock {
@@ -346,7 +372,7 @@ impl LockerBuilder {
                         None,
                         self.namespace.clone(),
                         fence_ttl,
-                        connect_timeout,
+                        timeouts,
                         // A release on one master cannot hand the lock over on the others.
                         0,
                         safety_poll,
@@ -367,7 +393,7 @@ impl LockerBuilder {
                 pool,
                 namespace,
                 fence_ttl,
-                connect_timeout,
+                timeouts,
                 local_handovers,
                 safety_poll,
             )
@@ -381,7 +407,7 @@ impl LockerBuilder {
             }
             let shown: Vec<String> = urls.iter().map(|u| redact(u)).collect();
             let config = RedisConfig {
-                cluster: Some(cluster_seeds(&urls, connect_timeout)?),
+                cluster: Some(cluster_seeds(&urls, timeouts)?),
                 address: format!("the cluster of {}", shown.join(", ")),
                 ..shared()?
             };
@@ -394,7 +420,7 @@ impl LockerBuilder {
                         .into(),
                 ));
             }
-            let sentinels = Sentinels::new(&urls, &master_name, connect_timeout)?;
+            let sentinels = Sentinels::new(&urls, &master_name, timeouts.connect)?;
             let config = RedisConfig {
                 address: sentinels.describe(),
                 sentinel: Some(Arc::new(sentinels)),
@@ -432,7 +458,7 @@ impl LockerBuilder {
                     self.pool,
                     self.namespace,
                     fence_ttl,
-                    connect_timeout,
+                    timeouts,
                     local_handovers,
                     safety_poll,
                 )?;
@@ -488,7 +514,7 @@ async fn on_redis(
 
 /// The client of the Redis Cluster that the nodes at `urls` belong to, and the nodes
 /// themselves, for the pub/sub connection.
-fn cluster_seeds(urls: &[String], connect_timeout: Duration) -> Result<ClusterSeeds, LockError> {
+fn cluster_seeds(urls: &[String], timeouts: Timeouts) -> Result<ClusterSeeds, LockError> {
     if urls.is_empty() {
         return Err(LockError::Config(
             "cluster needs at least one seed url".into(),
@@ -505,7 +531,8 @@ fn cluster_seeds(urls: &[String], connect_timeout: Duration) -> Result<ClusterSe
         })
         .collect::<Result<Vec<_>, _>>()?;
     let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
-        .connection_timeout(connect_timeout)
+        .connection_timeout(timeouts.connect)
+        .response_timeout(timeouts.response)
         .build()
         .map_err(|e| invalid(&urls[0], e))?;
     Ok(ClusterSeeds { client, nodes })
@@ -517,7 +544,7 @@ fn redis_config(
     pool: Option<bb8::Pool<RedisConnectionManager>>,
     namespace: Option<String>,
     fence_ttl: Duration,
-    connect_timeout: Duration,
+    timeouts: Timeouts,
     local_handovers: u32,
     safety_poll: Duration,
 ) -> Result<RedisConfig, LockError> {
@@ -546,7 +573,7 @@ fn redis_config(
         address,
         namespace,
         fence_ttl,
-        connect_timeout,
+        timeouts,
         local_handovers,
         safety_poll,
     })

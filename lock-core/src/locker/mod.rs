@@ -22,8 +22,8 @@ mod builder;
 pub(crate) mod inner;
 
 pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_SAFETY_POLL,
-    LockerBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_SAFETY_POLL, LockerBuilder,
 };
 use inner::Inner;
 
@@ -445,7 +445,7 @@ impl Locker {
     /// guards, and for acquisitions cut short after they were sent) have been released.
     /// Call it before the runtime shuts down, after a graceful server shutdown for
     /// instance, so that no lock is left to run out its lease. Each release is bounded by
-    /// the connection's response timeout.
+    /// the connection's [response timeout](LockerBuilder::response_timeout).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

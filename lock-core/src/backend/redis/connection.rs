@@ -64,6 +64,16 @@ pub(super) struct InHand {
     pub(super) epoch: u64,
 }
 
+impl InHand {
+    /// A connection to one server that is not behind Sentinel.
+    fn node(conn: MultiplexedConnection) -> Self {
+        Self {
+            conn: Conn::Node(conn),
+            epoch: 0,
+        }
+    }
+}
+
 /// Where connections come from.
 pub(super) enum Source {
     /// The server of a url.
@@ -96,6 +106,13 @@ impl Endpoint {
     }
 }
 
+/// How long opening a connection, and each command's answer, may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) response: Duration,
+}
+
 /// The shared connection of one `Locker`. Own code, not redis-rs's `ConnectionManager`:
 /// that one waits for a reconnect inside each command, so a call could not tell when its
 /// command was sent, and a lease must run from then (tests/outage.rs shows the lease lost).
@@ -104,27 +121,27 @@ pub(super) struct Connection {
     shared: Mutex<Option<InHand>>,
     /// One task opens a connection at a time; the others then share it.
     opening: tokio::sync::Mutex<()>,
-    connect_timeout: Duration,
+    timeouts: Timeouts,
     /// Where it goes, for messages (never with a password).
     address: String,
 }
 
 impl Connection {
-    /// Connections from `source`, each opened within `connect_timeout`. None is opened
-    /// before the first call.
-    pub(super) fn new(source: Source, address: String, connect_timeout: Duration) -> Self {
+    /// Connections from `source`, each opened within the connect timeout and waiting for
+    /// each answer within the response timeout. None is opened before the first call.
+    pub(super) fn new(source: Source, address: String, timeouts: Timeouts) -> Self {
         Self {
             source,
             shared: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
-            connect_timeout,
+            timeouts,
             address,
         }
     }
 
     /// How long opening a connection may take.
     pub(super) fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.timeouts.connect
     }
 
     /// Where the connection goes, for messages.
@@ -160,28 +177,33 @@ impl Connection {
             return Ok(in_hand);
         }
         let opening = async {
-            let conn = match &self.source {
+            let in_hand = match &self.source {
                 Source::Client(client) => {
-                    Conn::Node(client.get_multiplexed_async_connection().await?)
+                    InHand::node(client.get_multiplexed_async_connection().await?)
                 }
-                Source::Pool(pool) => Conn::Node(pool.dedicated_connection().await?),
-                Source::Sentinel(sentinels) => return sentinels.master_connection().await,
-                Source::Cluster(cluster) => {
-                    Conn::Cluster(cluster.get_async_connection().await?, Arc::default())
-                }
+                Source::Pool(pool) => InHand::node(pool.dedicated_connection().await?),
+                Source::Sentinel(sentinels) => sentinels.master_connection().await?,
+                // The cluster's client was built with the response timeout.
+                Source::Cluster(cluster) => InHand {
+                    conn: Conn::Cluster(cluster.get_async_connection().await?, Arc::default()),
+                    epoch: 0,
+                },
             };
-            Ok(InHand { conn, epoch: 0 })
+            Ok(in_hand)
         };
         let context = || format!("cannot connect to redis at {}", self.address);
-        let conn = tokio::time::timeout(self.connect_timeout, opening)
+        let mut in_hand = tokio::time::timeout(self.timeouts.connect, opening)
             .await
             .map_err(|_| {
-                let cause = format!("no answer within {:?}", self.connect_timeout);
+                let cause = format!("no answer within {:?}", self.timeouts.connect);
                 LockError::backend(context(), cause)
             })?
             .map_err(|e: RedisError| LockError::backend(context(), e))?;
-        *self.shared() = Some(conn.clone());
-        Ok(conn)
+        if let Conn::Node(conn) = &mut in_hand.conn {
+            conn.set_response_timeout(self.timeouts.response);
+        }
+        *self.shared() = Some(in_hand.clone());
+        Ok(in_hand)
     }
 
     /// Runs `op` on the shared connection. If that connection turns out dead (the

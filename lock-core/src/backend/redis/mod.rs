@@ -49,8 +49,8 @@ mod shared;
 mod slots;
 mod subscriber;
 
-pub(crate) use connection::redact;
 use connection::{Conn, Connection, Endpoint, Source};
+pub(crate) use connection::{Timeouts, redact};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub(crate) use redlock::{Drift, RedLockStore};
@@ -112,7 +112,7 @@ pub(crate) struct RedisConfig {
     pub(crate) address: String,
     pub(crate) namespace: String,
     pub(crate) fence_ttl: Duration,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) timeouts: Timeouts,
     /// How many releases of an exclusive lock in a row may hand it to a local waiter.
     pub(crate) local_handovers: u32,
     /// How long a waiter with wake-ups waits before trying again anyway.
@@ -179,7 +179,7 @@ impl RedisStore {
             address,
             namespace,
             fence_ttl,
-            connect_timeout,
+            timeouts,
             local_handovers,
             safety_poll,
         } = config;
@@ -209,7 +209,7 @@ impl RedisStore {
                 return Err(LockError::Config("no redis url or pool".into()));
             }
         };
-        let connection = Connection::new(source, address, connect_timeout);
+        let connection = Connection::new(source, address, timeouts);
         let channels = Channels::new();
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let me = me.clone();
@@ -227,7 +227,7 @@ impl RedisStore {
                     Hub::new(
                         endpoint,
                         lines.clone(),
-                        connect_timeout,
+                        timeouts.connect,
                         channels.clone(),
                         relay,
                     )
