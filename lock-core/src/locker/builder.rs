@@ -242,9 +242,9 @@ impl LockerBuilder {
     /// connection per server, so a burst of many thousand first attempts at once, a
     /// server busy with a slow command, or a slow network can take longer than the
     /// default; raise it there. An acquisition that timed out may still have taken its
-    /// lock: that lock is given back once the answer arrives, or else runs out with its
-    /// lease. Applies to every Redis deployment, a [`pool`](Self::pool)'s connection
-    /// included.
+    /// lock: a release follows it on the same connection, in the background, and should
+    /// that fail too, the lock runs out with its lease. Applies to every Redis
+    /// deployment, a [`pool`](Self::pool)'s connection included.
     pub fn response_timeout(mut self, d: Duration) -> Self {
         self.response_timeout = Some(d);
         self
