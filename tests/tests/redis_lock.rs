@@ -1301,6 +1301,7 @@ async fn inspect_shows_what_the_store_keys_record() {
     );
 
     // Two tasks of b (each lets the lock go at once) and one of a wait: two `Locker`s.
+    let asked_before = evalsha_calls(&server);
     let waiters = [(); 2].map(|()| {
         let b = b.clone();
         tokio::spawn(async move {
@@ -1309,11 +1310,12 @@ async fn inspect_shows_what_the_store_keys_record() {
         })
     });
     let local = spawn_waiter(a.clone(), "owned");
-    eventually(5 * SEC, "both Lockers to wait", || async {
-        waiting(&b, "owned").await == Some(2)
+    // Each waiter's first attempt registers its `Locker` to be woken; nothing else runs a
+    // script meanwhile (the holder's first renewal is 10 s away).
+    eventually(5 * SEC, "all three waiters to ask", || {
+        std::future::ready(evalsha_calls(&server) >= asked_before + 3)
     })
     .await;
-    tokio::time::sleep(SEC / 4).await;
     assert_eq!(waiting(&b, "owned").await, Some(2), "tasks were counted");
     // Handed over to a's waiter, with a token drawn as the owner changed.
     let local = release_to(held, local, "a's waiter").await;
