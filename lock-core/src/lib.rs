@@ -222,6 +222,8 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
 mod guard;
 mod info;

@@ -57,6 +57,8 @@ use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
 pub use error::HarnessError;
+/// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
+pub use lock_core::conformance::eventually;
 pub use proxy::TcpProxy;
 pub use resp::{Resp, encode_command};
 pub use sentinel::{MASTER_NAME, RedisSentinel};
@@ -92,49 +94,5 @@ pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool
             panic!("timed out after {deadline:?} waiting for {what}");
         }
         thread::sleep(POLL_INTERVAL);
-    }
-}
-
-/// Awaits `cond` every 5 ms until it returns `true`: [`wait_until`] for async tests.
-///
-/// # Panics
-///
-/// With `timed out after {deadline:?} waiting for {what}` if `cond` is still false after
-/// `deadline`.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// let mut calls = 0;
-/// lock_tests::eventually(std::time::Duration::from_secs(1), "the third call", || {
-///     calls += 1;
-///     std::future::ready(calls == 3)
-/// })
-/// .await;
-/// # }
-/// ```
-#[track_caller]
-pub fn eventually<F, Fut>(
-    deadline: Duration,
-    what: &str,
-    mut cond: F,
-) -> impl Future<Output = ()> + use<F, Fut>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let caller = std::panic::Location::caller();
-    let what = what.to_owned();
-    async move {
-        let started = tokio::time::Instant::now();
-        loop {
-            if cond().await {
-                return;
-            }
-            if started.elapsed() >= deadline {
-                panic!("timed out after {deadline:?} waiting for {what} (at {caller})");
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
     }
 }

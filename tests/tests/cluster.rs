@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{RedisCluster, RedisServer, eventually};
+use lock_tests::{RedisCluster, eventually};
 
 #[path = "common/wake.rs"]
 mod wake;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
 const SAFETY_POLL: Duration = Duration::from_secs(4);
 
@@ -103,60 +103,6 @@ async fn a_release_wakes_a_waiter_on_every_master() {
     for node in cluster.nodes() {
         assert_eq!(node.calls("publish"), 0, "a wake-up was broadcast");
     }
-}
-
-/// How many `Locker`s listen for lock `name`'s wake-ups on `node` (sharded channels).
-fn sharded_subscribers(node: &RedisServer, name: &str) -> usize {
-    let pattern = format!("lock:{{{name}}}:released:*");
-    let reply = node.cmd(&["PUBSUB", "SHARDCHANNELS", &pattern]).unwrap();
-    reply.as_array().unwrap().len()
-}
-
-/// The pub/sub connection cut under a waiter (`CLIENT KILL TYPE pubsub` on the lock's
-/// node): the waiter's `Locker` subscribes again there, and the next release wakes it
-/// rather than the safety poll.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_pub_sub_connection_is_opened_again_and_wakes_its_waiters() {
-    let cluster = RedisCluster::spawn();
-    let node = &cluster.nodes()[cluster.node_for_key("lock:{cut}")];
-    let (holder, waiter) = (connect(&cluster).await, connect(&cluster).await);
-    let held = holder.lock("cut").await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let wait = LockOptions::new().wait(Duration::from_secs(20));
-        let guard = waiter.lock_with("cut", wait).await;
-        (guard.map(|g| g.fencing_token()), Instant::now())
-    });
-    let subscribed = || std::future::ready(sharded_subscribers(node, "cut") == 1);
-    eventually(
-        Duration::from_secs(10),
-        "the waiter to subscribe",
-        subscribed,
-    )
-    .await;
-
-    let cut = node.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap();
-    assert_eq!(
-        cut.as_int(),
-        Some(1),
-        "the waiter's pub/sub connection was not cut"
-    );
-    eventually(
-        Duration::from_secs(10),
-        "the waiter to subscribe again",
-        subscribed,
-    )
-    .await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
-
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let (token, got) = timeout(SAFETY_POLL * 2, waiting).await.unwrap().unwrap();
-    token.expect("the waiter got the lock");
-    let after = got.saturating_duration_since(released);
-    assert!(
-        after < SAFETY_POLL / 4,
-        "woken {after:?} after the release, by the poll"
-    );
 }
 
 /// Locks on different masters, taken together, are taken one by one in key order; when

@@ -542,47 +542,6 @@ async fn a_killed_and_restarted_server_is_picked_up_again() {
     timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
 }
 
-/// The pub/sub connection cut under a waiter (`CLIENT KILL TYPE pubsub`): the waiter
-/// subscribes again on its own, and the next release wakes it rather than the safety poll.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_pub_sub_connection_is_opened_again_and_wakes_its_waiters() {
-    let server = RedisServer::spawn();
-    let (holder, waiter) = (connect_quiet(&server).await, connect_quiet(&server).await);
-    let held = holder.lock("cut").await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock_with("cut", LockOptions::new().wait(20 * SEC))
-            .await;
-        (guard.map(|g| g.fencing_token()), Instant::now())
-    });
-    eventually(10 * SEC, "the waiter to subscribe", || async {
-        subscribers(&server, "cut") == 1
-    })
-    .await;
-
-    let cut = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap();
-    assert_eq!(
-        cut.as_int(),
-        Some(1),
-        "the waiter's pub/sub connection was not cut"
-    );
-    eventually(10 * SEC, "the waiter to subscribe again", || async {
-        subscribers(&server, "cut") == 1
-    })
-    .await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
-
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let (token, got) = timeout(10 * SEC, waiting).await.unwrap().unwrap();
-    token.expect("the waiter got the lock");
-    let after = got.saturating_duration_since(released);
-    assert!(
-        after < SEC,
-        "woken {after:?} after the release, by the poll"
-    );
-}
-
 /// Dropping a `Locker` while its guard lives stops its tasks: its pub/sub connection
 /// closes, the guard is lost at once, and its lease, no longer renewed, runs out on the
 /// server; the guard's release then finds the lock gone.

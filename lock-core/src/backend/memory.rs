@@ -2,12 +2,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, ready};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::kind::Sharing;
 use crate::options::DEFAULT_FENCE_TTL;
 use crate::semaphore::miscounted;
@@ -37,13 +39,98 @@ use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 /// # Ok(())
 /// # }
 /// ```
+///
+/// Its holds are leases, as on Redis. [`session`](Self::session) gives another handle on
+/// the same locks whose holds last as long as a session instead, as a session store's
+/// (ZooKeeper, a database) do, and [`end_session`](Self::end_session) ends it: for
+/// testing what code on such a store sees.
 #[derive(Debug)]
 pub struct MemoryStore {
+    locks: Arc<Locks>,
+    /// How this handle's holds end.
+    term: Terms,
+}
+
+/// The locks, shared by a store and its session handles.
+#[derive(Debug)]
+struct Locks {
     state: Mutex<State>,
     fence_ttl: Duration,
     lines: Lines<()>,
     /// The zero of the clock that attempts and hand-overs report.
     epoch: Instant,
+}
+
+/// How the holds taken through one handle end.
+#[derive(Debug)]
+enum Terms {
+    /// Each runs out with its lease unless renewed.
+    Leases,
+    /// Each lasts as long as the handle's current session; ending it starts the next.
+    Sessions(Mutex<Session>),
+}
+
+/// One session of a handle whose holds are sessions.
+#[derive(Debug, Clone)]
+struct Session {
+    /// Unique in the process: marks the holds taken on it.
+    id: u64,
+    /// Cancelled when the session ends.
+    ended: CancellationToken,
+}
+
+impl Session {
+    fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            ended: CancellationToken::new(),
+        }
+    }
+}
+
+/// How long one hold lasts: a lease of this length from when it is taken, or a session.
+#[derive(Debug, Clone)]
+enum Term {
+    Lease(Duration),
+    Session(Session),
+}
+
+/// When a holder's hold ends, other than by its release.
+#[derive(Debug)]
+enum Ends {
+    /// Its lease runs out at this instant.
+    At(Instant),
+    /// With its session `id`: `ended`, a child of the session's token, is cancelled when
+    /// the session ends or an operator forces the lock open.
+    WithSession { id: u64, ended: CancellationToken },
+}
+
+impl Ends {
+    fn new(term: &Term, now: Instant) -> Self {
+        match term {
+            Term::Lease(lease) => Ends::At(now + *lease),
+            Term::Session(session) => Ends::WithSession {
+                id: session.id,
+                ended: session.ended.child_token(),
+            },
+        }
+    }
+
+    fn live(&self, now: Instant) -> bool {
+        match self {
+            Ends::At(at) => *at > now,
+            Ends::WithSession { ended, .. } => !ended.is_cancelled(),
+        }
+    }
+
+    /// The lease left; `None` for a session's hold.
+    fn left(&self, now: Instant) -> Option<Duration> {
+        match self {
+            Ends::At(at) => Some(at.saturating_duration_since(now)),
+            Ends::WithSession { .. } => None,
+        }
+    }
 }
 
 /// One lock's state: its holders, its fence counter, and who waits for it in the store.
@@ -68,15 +155,26 @@ struct Entry {
 #[derive(Debug)]
 struct Place {
     token: Box<str>,
-    lease: Duration,
+    term: Term,
 }
 
 #[derive(Debug)]
 struct Holder {
     token: String,
     kind: LockKind,
-    expires_at: Instant,
+    ends: Ends,
     fence: u64,
+}
+
+impl Holder {
+    /// The instant an attempt reports its hold to run until: a session's hold is
+    /// reported as a session by `Store::acquire`, which drops this instant.
+    fn until(&self, now: Instant) -> Instant {
+        match self.ends {
+            Ends::At(at) => at,
+            Ends::WithSession { .. } => now,
+        }
+    }
 }
 
 /// A hand-over to deliver once the state's lock is dropped.
@@ -123,7 +221,7 @@ impl Entry {
     /// Drops the holders whose lease ran out, and a stored count whose semaphore has been
     /// idle as long as its fence counter.
     fn prune(&mut self, now: Instant) {
-        self.holders.retain(|h| h.expires_at > now);
+        self.holders.retain(|h| h.ends.live(now));
         if self.holders.is_empty() && self.fence_expires_at <= now {
             self.permits = None;
         }
@@ -133,12 +231,17 @@ impl Entry {
     fn holder(&self, token: &str, now: Instant) -> Option<&Holder> {
         self.holders
             .iter()
-            .find(|h| h.token == token && h.expires_at > now)
+            .find(|h| h.token == token && h.ends.live(now))
     }
 
-    /// The longest lease left among the holders (all in the way of whoever asks).
+    /// The longest lease left among the holders (all in the way of whoever asks); `None`
+    /// if there are none, or one of them holds for a session.
     fn longest_lease(&self, now: Instant) -> Option<Duration> {
-        self.holders.iter().map(|h| h.expires_at - now).max()
+        let mut longest = None;
+        for holder in &self.holders {
+            longest = longest.max(Some(holder.ends.left(now)?));
+        }
+        longest
     }
 
     /// Whether a holder of another sharing than `sharing` holds the lock.
@@ -146,12 +249,12 @@ impl Entry {
         self.holders.iter().any(|h| h.kind.sharing() != sharing)
     }
 
-    /// Makes `token` a holder, as `kind`, and draws its fencing token.
+    /// Makes `token` a holder, as `kind`, for `term`, and draws its fencing token.
     fn take(
         &mut self,
         token: &str,
         kind: LockKind,
-        lease: Duration,
+        term: &Term,
         now: Instant,
         fence_ttl: Duration,
     ) -> u64 {
@@ -166,11 +269,13 @@ impl Entry {
         if fresh || self.fence.is_multiple_of(64) {
             self.fence_expires_at = now + fence_ttl;
         }
-        self.fence_expires_at = self.fence_expires_at.max(now + lease);
+        if let Term::Lease(lease) = term {
+            self.fence_expires_at = self.fence_expires_at.max(now + *lease);
+        }
         self.holders.push(Holder {
             token: token.to_owned(),
             kind,
-            expires_at: now + lease,
+            ends: Ends::new(term, now),
             fence: self.fence,
         });
         self.fence
@@ -184,7 +289,7 @@ impl Entry {
         clock_us: u64,
     ) -> Option<HandedOver> {
         let place = self.line.pop_front()?;
-        let fence = self.take(&place.token, LockKind::Fair, place.lease, now, fence_ttl);
+        let fence = self.take(&place.token, LockKind::Fair, &place.term, now, fence_ttl);
         tracing::debug!(fence, "lock handed over to the next in line");
         let handover = FairHandOver {
             fence,
@@ -193,11 +298,11 @@ impl Entry {
         Some((place.token, handover))
     }
 
-    fn queue(&mut self, token: &str, lease: Duration) {
+    fn queue(&mut self, token: &str, term: &Term) {
         if !self.line.iter().any(|p| &*p.token == token) {
             self.line.push_back(Place {
                 token: token.into(),
-                lease,
+                term: term.clone(),
             });
         }
     }
@@ -242,7 +347,7 @@ impl State {
         }
         self.ops_since_sweep = 0;
         self.entries.retain(|_, e| {
-            e.holders.iter().any(|h| h.expires_at > now)
+            e.holders.iter().any(|h| h.ends.live(now))
                 || e.fence_expires_at > now
                 || !e.line.is_empty()
                 || !e.writers.is_empty()
@@ -264,16 +369,112 @@ impl MemoryStore {
 
     /// An empty store whose fence counters are kept `fence_ttl` after their last use.
     pub fn with_fence_ttl(fence_ttl: Duration) -> Self {
-        Self {
+        let locks = Locks {
             state: Mutex::default(),
             fence_ttl,
             lines: Lines::default(),
             epoch: Instant::now(),
+        };
+        Self {
+            locks: Arc::new(locks),
+            term: Terms::Leases,
+        }
+    }
+
+    /// Another handle on this store's locks, whose holds last as long as a session of its
+    /// own rather than a lease: a `Locker` on it never renews them, and they end when
+    /// [`end_session`](Self::end_session) ends the session, as a session store's end with
+    /// its connection or its expiry.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use std::sync::Arc;
+    /// use lock_core::Locker;
+    /// use lock_core::backend::MemoryStore;
+    ///
+    /// let store = MemoryStore::new();
+    /// let session = Arc::new(store.session());
+    /// let a = Locker::builder().store(session.clone()).build().await?;
+    /// let b = Locker::builder().store(Arc::new(store)).build().await?;
+    /// let guard = a.lock("job:1").await?;
+    /// assert_eq!(guard.lease_left(), None, "no lease: it lasts as long as the session");
+    ///
+    /// session.end_session();
+    /// guard.lost().await;
+    /// assert!(b.try_lock("job:1").await?.is_some(), "the session's holds are freed");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn session(&self) -> MemoryStore {
+        Self {
+            locks: self.locks.clone(),
+            term: Terms::Sessions(Mutex::new(Session::new())),
+        }
+    }
+
+    /// Ends this handle's session, as a dropped connection or an expiry would: every
+    /// hold taken on it is freed (its waiters are woken) and its guard lost; the next
+    /// acquisition opens a new session. Nothing on a store whose holds are leases.
+    pub fn end_session(&self) {
+        let Terms::Sessions(session) = &self.term else {
+            return;
+        };
+        let ended = {
+            let mut session = session.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *session, Session::new())
+        };
+        let holds: Vec<(Arc<str>, String, LockKind)> =
+            self.state()
+                .entries
+                .iter()
+                .flat_map(|(key, entry)| {
+                    let of_session = entry.holders.iter().filter(
+                        |h| matches!(h.ends, Ends::WithSession { id, .. } if id == ended.id),
+                    );
+                    of_session.map(|h| (key.clone(), h.token.clone(), h.kind))
+                })
+                .collect();
+        for (key, token, kind) in holds {
+            self.release(&key, &token, Release::Holder(kind));
+        }
+        ended.ended.cancel();
+    }
+
+    /// `request`'s hold, just taken with `fence` on this handle's session: it is lost when
+    /// its session ends or an operator forces the lock open (at once if that happened
+    /// already).
+    fn session_hold(&self, request: &Acquire, fence: u64) -> Acquired {
+        let now = Instant::now();
+        let ended = self
+            .state()
+            .entries
+            .get(request.key.as_str())
+            .and_then(|e| e.holder(&request.token, now))
+            .and_then(|h| match &h.ends {
+                Ends::WithSession { ended, .. } => Some(ended.clone()),
+                Ends::At(_) => None,
+            });
+        let ended = ended.unwrap_or_else(|| {
+            let gone = CancellationToken::new();
+            gone.cancel();
+            gone
+        });
+        Acquired::session(fence, ended.cancelled_owned())
+    }
+
+    /// How a hold taken now through this handle lasts, asked for with `lease`.
+    fn term(&self, lease: Duration) -> Term {
+        match &self.term {
+            Terms::Leases => Term::Lease(lease),
+            Terms::Sessions(session) => {
+                Term::Session(session.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            }
         }
     }
 
     fn clock_us(&self, now: Instant) -> u64 {
-        u64::try_from((now - self.epoch).as_micros()).unwrap_or(u64::MAX)
+        u64::try_from((now - self.locks.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Wakes whom a change of `key`'s state concerns.
@@ -281,31 +482,32 @@ impl MemoryStore {
         match wake {
             Wake::Nobody => {}
             Wake::One => {
-                self.lines.wake_one(key);
+                self.locks.lines.wake_one(key);
             }
-            Wake::All => self.lines.wake_all(key),
-            Wake::AfterWrite(next) => self.lines.wake_after_write(key, next.as_deref()),
-            Wake::HandedOver((token, handover)) => self.lines.deliver(key, &token, handover),
+            Wake::All => self.locks.lines.wake_all(key),
+            Wake::AfterWrite(next) => self.locks.lines.wake_after_write(key, next.as_deref()),
+            Wake::HandedOver((token, handover)) => self.locks.lines.deliver(key, &token, handover),
         }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         // Every update below is completed before the guard drops, so a panic elsewhere
         // cannot leave a half-written entry.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.locks.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// One attempt at `request`; a caller that waits (`waits_for` not zero) queues if the
     /// lock is held (a fair one in line, a writer among the waiting writers).
     fn try_acquire(&self, request: &Acquire, waits_for: Duration) -> Result<Attempt, LockError> {
         let waits = !waits_for.is_zero();
-        let (key, token, lease) = (request.key.shared(), &*request.token, request.lease);
+        let (key, token) = (request.key.shared(), &*request.token);
+        let term = self.term(request.lease);
         let now = Instant::now();
         let clock = StoreClock {
             sent_at: now,
             us: self.clock_us(now),
         };
-        let fence_ttl = self.fence_ttl;
+        let fence_ttl = self.locks.fence_ttl;
         let mut wake = Wake::Nobody;
         let attempt = {
             let mut state = self.state();
@@ -319,15 +521,17 @@ impl MemoryStore {
                 ttl: entry.longest_lease(now),
                 clock: None,
             };
-            let take = |entry: &mut Entry| Attempt::Acquired {
-                fence: entry.take(token, request.kind, lease, now, fence_ttl),
-                until: now + lease,
+            let take = |entry: &mut Entry| {
+                let fence = entry.take(token, request.kind, &term, now, fence_ttl);
+                let until = entry.holder(token, now).map_or(now, |h| h.until(now));
+                Attempt::Acquired { fence, until }
             };
             match request.kind {
                 LockKind::Exclusive if entry.holders.is_empty() => take(entry),
                 LockKind::Exclusive => held(entry),
                 LockKind::Fair => {
-                    let (attempt, handed) = Self::try_fair(entry, request, waits, clock, fence_ttl);
+                    let (attempt, handed) =
+                        Self::try_fair(entry, token, &term, waits, clock, fence_ttl);
                     if let Some(handed) = handed {
                         wake = Wake::HandedOver(handed);
                     }
@@ -375,26 +579,27 @@ impl MemoryStore {
     /// in line that a free lock makes.
     fn try_fair(
         entry: &mut Entry,
-        request: &Acquire,
+        token: &str,
+        term: &Term,
         waits: bool,
         clock: StoreClock,
         fence_ttl: Duration,
     ) -> (Attempt, Option<HandedOver>) {
-        let (token, lease, now) = (&*request.token, request.lease, clock.sent_at);
+        let now = clock.sent_at;
         if let Some(own) = entry.holder(token, now) {
             // Handed over to this waiter before it saw the hand-over.
             let attempt = Attempt::Acquired {
                 fence: entry.fence,
-                until: own.expires_at,
+                until: own.until(now),
             };
             return (attempt, None);
         }
-        if let Some(ttl) = entry.longest_lease(now) {
+        if !entry.holders.is_empty() {
             if waits {
-                entry.queue(token, lease);
+                entry.queue(token, term);
             }
             let attempt = Attempt::Held {
-                ttl: Some(ttl),
+                ttl: entry.longest_lease(now),
                 clock: Some(clock),
             };
             return (attempt, None);
@@ -402,13 +607,16 @@ impl MemoryStore {
         match entry.line.front() {
             Some(first) if &*first.token != token => {
                 // Free, with someone ahead of the caller: it is theirs.
-                let first_lease = first.lease;
+                let first_lease = match first.term {
+                    Term::Lease(lease) => Some(lease),
+                    Term::Session(_) => None,
+                };
                 let handed = entry.hand_over(now, fence_ttl, clock.us);
                 if waits {
-                    entry.queue(token, lease);
+                    entry.queue(token, term);
                 }
                 let attempt = Attempt::Held {
-                    ttl: Some(first_lease),
+                    ttl: first_lease,
                     clock: Some(clock),
                 };
                 (attempt, handed)
@@ -417,11 +625,9 @@ impl MemoryStore {
                 if first.is_some() {
                     entry.line.pop_front();
                 }
-                let attempt = Attempt::Acquired {
-                    fence: entry.take(token, LockKind::Fair, lease, now, fence_ttl),
-                    until: now + lease,
-                };
-                (attempt, None)
+                let fence = entry.take(token, LockKind::Fair, term, now, fence_ttl);
+                let until = entry.holder(token, now).map_or(now, |h| h.until(now));
+                (Attempt::Acquired { fence, until }, None)
             }
         }
     }
@@ -447,7 +653,7 @@ impl MemoryStore {
             match (how, released.kind) {
                 (Release::Holder(LockKind::Exclusive), _) => Wake::One,
                 (Release::Holder(LockKind::Fair) | Release::Leave, _) => {
-                    match e.hand_over(now, self.fence_ttl, clock_us) {
+                    match e.hand_over(now, self.locks.fence_ttl, clock_us) {
                         Some(handed) => Wake::HandedOver(handed),
                         None => Wake::One,
                     }
@@ -473,7 +679,11 @@ impl MemoryStore {
             if e.holders.is_empty() {
                 return false;
             }
-            e.holders.clear();
+            for holder in e.holders.drain(..) {
+                if let Ends::WithSession { ended, .. } = holder.ends {
+                    ended.cancel();
+                }
+            }
         }
         self.announce(key, Wake::All);
         true
@@ -485,7 +695,7 @@ impl MemoryStore {
         let (kind, holders) = {
             let state = self.state();
             let e = state.entries.get(key)?;
-            let live: Vec<&Holder> = e.holders.iter().filter(|h| h.expires_at > now).collect();
+            let live: Vec<&Holder> = e.holders.iter().filter(|h| h.ends.live(now)).collect();
             let kind = match live.first()?.kind {
                 LockKind::Semaphore { permits } => LockKind::Semaphore {
                     permits: e.permits.unwrap_or(permits),
@@ -494,11 +704,11 @@ impl MemoryStore {
             };
             let holders = live
                 .iter()
-                .map(|h| HolderInfo::new(&h.token, Some(h.expires_at - now), Some(h.fence)))
+                .map(|h| HolderInfo::new(&h.token, h.ends.left(now), Some(h.fence)))
                 .collect();
             (kind, holders)
         };
-        let waiting = self.lines.get(key).map_or(0, |line| line.waiting());
+        let waiting = self.locks.lines.get(key).map_or(0, |line| line.waiting());
         Some(LockInfo::new(Some(kind), holders, Some(waiting)))
     }
 
@@ -518,6 +728,8 @@ impl MemoryStore {
         self.announce(key, wake);
     }
 
+    /// Sets the lease of `token`'s hold on `key` to run `lease` from now, if it is still
+    /// held; a session's hold has no lease, and lasts as it is.
     fn extend(&self, key: &str, token: &str, lease: Duration) -> Option<Instant> {
         let now = Instant::now();
         let mut state = self.state();
@@ -526,9 +738,11 @@ impl MemoryStore {
             .get_mut(key)?
             .holders
             .iter_mut()
-            .find(|h| h.token == token && h.expires_at > now)?;
-        holder.expires_at = now + lease;
-        Some(holder.expires_at)
+            .find(|h| h.token == token && h.ends.live(now))?;
+        if let Ends::At(at) = &mut holder.ends {
+            *at = now + lease;
+        }
+        Some(now + lease)
     }
 
     fn holds(&self, key: &str, token: &str) -> bool {
@@ -565,7 +779,7 @@ impl MemoryStore {
                 .or_insert_with(|| Entry::new(now));
             entry.prune(now);
             entry.permits = Some(permits);
-            entry.fence_expires_at = entry.fence_expires_at.max(now + self.fence_ttl);
+            entry.fence_expires_at = entry.fence_expires_at.max(now + self.locks.fence_ttl);
         }
         // A raised count may admit several waiters.
         self.announce(key, Wake::All);
@@ -597,7 +811,17 @@ impl Store for MemoryStore {
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
-        Box::pin(wait::acquire(self, request))
+        Box::pin(async move {
+            match wait::acquire(self, request).await? {
+                Outcome::Acquired(Acquired {
+                    fence,
+                    expiry: Expiry::Lease(_),
+                }) if matches!(self.term, Terms::Sessions(_)) => {
+                    Ok(Outcome::Acquired(self.session_hold(request, fence)))
+                }
+                outcome => Ok(outcome),
+            }
+        })
     }
 
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
@@ -652,7 +876,7 @@ impl ClientWait for MemoryStore {
 
     fn join(&self, request: &Acquire) -> Joined<()> {
         Joined {
-            line: self.lines.join(request.key.shared(), |_| {}),
+            line: self.locks.lines.join(request.key.shared(), |_| {}),
             already_listening: false,
         }
     }
@@ -692,7 +916,7 @@ impl ClientWait for MemoryStore {
                 _ => {}
             }
         }
-        self.lines.leave(left.line, WhenEmpty::Remove, |_| {});
+        self.locks.lines.leave(left.line, WhenEmpty::Remove, |_| {});
     }
 }
 
@@ -927,7 +1151,7 @@ mod tests {
         let holder = HolderInfo::new(token, Some(ms(1500)), Some(fence));
         assert_eq!(info, LockInfo::new(Some(Write), vec![holder], Some(1)));
         assert_eq!(info.holders[0].token_prefix, "01234567");
-        m.lines.leave(&waiting, WhenEmpty::Remove, |_| {});
+        m.locks.lines.leave(&waiting, WhenEmpty::Remove, |_| {});
         tokio::time::advance(ms(1500)).await;
         assert_eq!(m.inspect("k"), None, "its lease ran out");
 

@@ -216,6 +216,22 @@ impl Locker {
         GLOBAL.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The store this `Locker` keeps its locks in. For what only that store does, reach
+    /// its type through [`Any`](std::any::Any), which every [`Store`] is:
+    ///
+    /// ```
+    /// use std::any::Any;
+    /// use lock_core::Locker;
+    /// use lock_core::backend::MemoryStore;
+    ///
+    /// let locker = Locker::in_memory();
+    /// let store: &dyn Any = locker.store().as_ref();
+    /// assert!(store.downcast_ref::<MemoryStore>().is_some());
+    /// ```
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
     pub(crate) fn max_key_len(&self) -> usize {
         self.inner.max_key_len
     }

@@ -1,4 +1,5 @@
 //! What several Redis suites need.
+#![allow(dead_code, reason = "each suite that includes this uses some of it")]
 
 use std::time::Duration;
 
@@ -62,5 +63,13 @@ pub(crate) async fn count_under_lock(
 pub(crate) fn subscribed_lockers(server: &RedisServer, name: &str) -> usize {
     let pattern = format!("lock:{{{name}}}:released:*");
     let reply = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
+    reply.as_array().unwrap().len()
+}
+
+/// How many `Locker`s listen for lock `name`'s wake-ups on cluster node `node` (sharded
+/// channels, default namespace).
+pub(crate) fn sharded_subscribers(node: &RedisServer, name: &str) -> usize {
+    let pattern = format!("lock:{{{name}}}:released:*");
+    let reply = node.cmd(&["PUBSUB", "SHARDCHANNELS", &pattern]).unwrap();
     reply.as_array().unwrap().len()
 }

@@ -8,7 +8,7 @@ const SEMAPHORE: &[LockKind] = &[LockKind::Semaphore { permits: 1 }];
 /// 32 tasks over two `Locker`s take permits of a semaphore of 3, again and again: never
 /// more than 3 inside at once, and at some point 3 at once. Each grant draws a fencing
 /// token greater than every earlier one.
-pub(crate) async fn a_semaphore_never_admits_more_than_its_count(store: &impl StoreUnderTest) {
+pub async fn a_semaphore_never_admits_more_than_its_count(store: &impl StoreUnderTest) {
     const TASKS: usize = 32;
     const ROUNDS: usize = 8;
     const PERMITS: u32 = 3;
@@ -55,23 +55,24 @@ pub(crate) async fn a_semaphore_never_admits_more_than_its_count(store: &impl St
     assert_eq!(tokens.len(), drawn, "two grants shared a fencing token");
 }
 
-/// A permit whose holder stopped renewing it (watchdog off, short lease, never released)
-/// is taken by a waiter within its lease plus 1.5 s, with a greater fencing token.
-pub(crate) async fn a_permit_left_to_run_out_is_reclaimed(store: &impl StoreUnderTest) {
+/// A permit whose holder crashed (its lease runs out unrenewed, or its session ends) is
+/// taken by a waiter soon after, with a greater fencing token.
+pub async fn a_crashed_holders_permit_is_reclaimed(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(store, SEMAPHORE).await else {
         return; // a store without these kinds: nothing to check
     };
-    let crashed = a.semaphore("jobs", 1);
-    let stale = crashed
-        .acquire_with(LockOptions::new().lease(SHORT_LEASE).watchdog(false))
+    let stale = a
+        .semaphore("jobs", 1)
+        .acquire_with(ending(store))
         .await
         .unwrap();
+    let waiting = b.semaphore("jobs", 1);
     let started = Instant::now();
-    let permit = b
-        .semaphore("jobs", 1)
-        .acquire_with(LockOptions::new().wait(PATIENCE))
-        .await
-        .expect("the permit that ran out was not reclaimed");
+    let (permit, ()) = tokio::join!(
+        waiting.acquire_with(LockOptions::new().wait(PATIENCE)),
+        end_holds(store, &a),
+    );
+    let permit = permit.expect("the crashed holder's permit was not reclaimed");
     let took = started.elapsed();
     assert!(
         took <= SHORT_LEASE + Duration::from_millis(1500),
@@ -85,7 +86,7 @@ pub(crate) async fn a_permit_left_to_run_out_is_reclaimed(store: &impl StoreUnde
 /// The count is stored on first use: asking with another is `Config` naming both numbers;
 /// `set_permits` changes it, and lowering it keeps the holders above it until they
 /// release. `available` counts free permits, and a semaphore never used has the handle's.
-pub(crate) async fn a_semaphore_keeps_its_count(store: &impl StoreUnderTest) {
+pub async fn a_semaphore_keeps_its_count(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(store, SEMAPHORE).await else {
         return; // a store without these kinds: nothing to check
     };
@@ -131,7 +132,7 @@ pub(crate) async fn a_semaphore_keeps_its_count(store: &impl StoreUnderTest) {
 
 /// Permits are not re-entrant: a task that asks twice takes two, each with its own
 /// token.
-pub(crate) async fn permits_are_not_reentrant(store: &impl StoreUnderTest) {
+pub async fn permits_are_not_reentrant(store: &impl StoreUnderTest) {
     let Some([a, _]) = two_with(store, SEMAPHORE).await else {
         return; // a store without these kinds: nothing to check
     };
@@ -150,7 +151,7 @@ pub(crate) async fn permits_are_not_reentrant(store: &impl StoreUnderTest) {
 
 /// A dropped guard of every kind gives its hold back at once: the next asker gets in
 /// without waiting for a lease to run out.
-pub(crate) async fn dropped_guards_of_every_kind_free_their_hold(store: &impl StoreUnderTest) {
+pub async fn dropped_guards_of_every_kind_free_their_hold(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(store, SEMAPHORE).await else {
         return; // a store without these kinds: nothing to check
     };

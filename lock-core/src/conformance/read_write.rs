@@ -9,7 +9,7 @@ const READ_WRITE: &[LockKind] = &[LockKind::Read, LockKind::Write];
 
 /// Eight readers over two `Locker`s are all inside at once: each waits at a barrier that
 /// opens only when all eight hold the read side.
-pub(crate) async fn readers_overlap(store: &impl StoreUnderTest) {
+pub async fn readers_overlap(store: &impl StoreUnderTest) {
     const READERS: usize = 8;
     let Some(lockers) = two_with(store, READ_WRITE).await else {
         return; // a store without these kinds: nothing to check
@@ -37,7 +37,7 @@ pub(crate) async fn readers_overlap(store: &impl StoreUnderTest) {
 /// 16 tasks over two `Locker`s, each reading three times for every write, never see a
 /// writer beside anyone else: no reader while a writer is inside, no two writers. Each
 /// grant's fencing token exceeds every earlier one.
-pub(crate) async fn readers_and_writers_exclude_each_other(store: &impl StoreUnderTest) {
+pub async fn readers_and_writers_exclude_each_other(store: &impl StoreUnderTest) {
     const TASKS: usize = 16;
     const ROUNDS: usize = 16;
     let Some(lockers) = two_with(store, READ_WRITE).await else {
@@ -92,7 +92,7 @@ pub(crate) async fn readers_and_writers_exclude_each_other(store: &impl StoreUnd
 /// While 16 readers over two `Locker`s take the read side again and again, with their
 /// holds overlapping so that it is never free, a writer still gets in: readers that ask
 /// after it waits go in after it.
-pub(crate) async fn a_waiting_writer_gets_in_while_readers_loop(store: &impl StoreUnderTest) {
+pub async fn a_waiting_writer_gets_in_while_readers_loop(store: &impl StoreUnderTest) {
     const READERS: usize = 16;
     let Some(lockers) = two_with(store, READ_WRITE).await else {
         return; // a store without these kinds: nothing to check
@@ -144,7 +144,7 @@ pub(crate) async fn a_waiting_writer_gets_in_while_readers_loop(store: &impl Sto
 
 /// Readers that wait for a writer all go in together once it releases: each of them
 /// holds the read side at once, before any lets go (a barrier shows it).
-pub(crate) async fn queued_readers_go_in_together_after_a_write(store: &impl StoreUnderTest) {
+pub async fn queued_readers_go_in_together_after_a_write(store: &impl StoreUnderTest) {
     const READERS: usize = 6;
     let Some(lockers) = two_with(store, READ_WRITE).await else {
         return; // a store without these kinds: nothing to check
@@ -191,7 +191,7 @@ pub(crate) async fn queued_readers_go_in_together_after_a_write(store: &impl Sto
 
 /// A task that reads and asks to write is refused at once with `Upgrade`, by `lock_with`
 /// and `try_lock_with` alike (never a timeout, never `Ok(None)`), and keeps its read.
-pub(crate) async fn an_upgrade_is_refused_at_once(store: &impl StoreUnderTest) {
+pub async fn an_upgrade_is_refused_at_once(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(store, READ_WRITE).await else {
         return; // a store without these kinds: nothing to check
     };
@@ -216,7 +216,7 @@ pub(crate) async fn an_upgrade_is_refused_at_once(store: &impl StoreUnderTest) {
 
 /// A task that writes and asks to read re-enters its write hold: the same token, and the
 /// lock stays held until the last of the two guards goes, whichever it is.
-pub(crate) async fn a_downgrade_reenters_the_write_hold(store: &impl StoreUnderTest) {
+pub async fn a_downgrade_reenters_the_write_hold(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(store, READ_WRITE).await else {
         return; // a store without these kinds: nothing to check
     };
@@ -243,7 +243,7 @@ pub(crate) async fn a_downgrade_reenters_the_write_hold(store: &impl StoreUnderT
 
 /// One name taken as exclusive and as read or write: the kinds exclude each other, and
 /// neither use sees a store error.
-pub(crate) async fn kinds_of_one_name_exclude_each_other(store: &impl StoreUnderTest) {
+pub async fn kinds_of_one_name_exclude_each_other(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(
         store,
         &[
@@ -284,27 +284,22 @@ pub(crate) async fn kinds_of_one_name_exclude_each_other(store: &impl StoreUnder
     }
 }
 
-/// A reader that stops renewing (watchdog off, short lease, never released) frees only its
-/// own share, when its lease runs out: the other reader still keeps a writer out, and once
-/// it releases, the writer gets in.
-pub(crate) async fn a_crashed_reader_frees_only_its_own_share(store: &impl StoreUnderTest) {
+/// A reader that crashes (its lease runs out unrenewed, or its session ends) frees only
+/// its own share: the other reader still keeps a writer out, and once it releases, the
+/// writer gets in.
+pub async fn a_crashed_reader_frees_only_its_own_share(store: &impl StoreUnderTest) {
     let Some([a, b]) = two_with(store, READ_WRITE).await else {
         return; // a store without these kinds: nothing to check
     };
     let crashed = a
-        .lock_with(
-            "shares",
-            LockOptions::new()
-                .kind(LockKind::Read)
-                .lease(SHORT_LEASE)
-                .watchdog(false),
-        )
+        .lock_with("shares", ending(store).kind(LockKind::Read))
         .await
         .unwrap();
     let alive = b.read("shares").await.unwrap();
+    end_holds(store, &a).await;
     timeout(PATIENCE, crashed.lost())
         .await
-        .expect("the short read lease never ran out");
+        .expect("the crashed read never ended");
     let write = LockOptions::new().kind(LockKind::Write);
     assert!(
         b.try_lock_with("shares", write)

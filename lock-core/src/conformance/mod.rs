@@ -1,29 +1,85 @@
-//! The tests, each written once and generic over the store under test. Every test reads
-//! top to bottom; the steps they share are the small helpers at the bottom.
+//! The conformance suite: the store contract of [`crate::backend`], checked through the
+//! public `Locker` API, written once and run against every store, in this repository or
+//! out of it (behind lock-core's `conformance` feature).
 //!
-//! A test added here joins every store by adding its name to the list in [`conformance!`].
+//! A store proves itself by passing it. Implement [`StoreUnderTest`] for it (its name, as
+//! its `Store::name` says, whether its holds are leases or sessions, and how to make one
+//! more `Locker` on it), then call [`conformance!`](crate::conformance!) once in a test
+//! file of your own, with `lock-core = { features = ["conformance"] }` among its
+//! dev-dependencies:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use lock_core::Locker;
+//! use lock_core::backend::MemoryStore;
+//! use lock_core::conformance::StoreUnderTest;
+//!
+//! /// One store, shared by every `Locker` of a test, as the replicas of a service share one.
+//! #[derive(Debug, Default)]
+//! struct Memory {
+//!     store: Arc<MemoryStore>,
+//! }
+//!
+//! impl StoreUnderTest for Memory {
+//!     fn name(&self) -> &str {
+//!         "memory"
+//!     }
+//!
+//!     async fn locker(&self) -> Locker {
+//!         Locker::builder().store(self.store.clone()).build().await.unwrap()
+//!     }
+//! }
+//!
+//! // One `#[test]` per test of the suite, in `mod memory`: `memory::exclusion_loses_no_update`, ...
+//! lock_core::conformance!(memory, Memory::default());
+//! # fn main() {}
+//! ```
+//!
+//! The second argument is an expression that makes a fresh store under test (it may start
+//! a server), evaluated once per test inside the test's runtime.
+//!
+//! It covers exclusion (a lost-update counter, every one-owner kind mixed), fencing
+//! tokens, `try_lock` and `Timeout`, a waiter woken by a release, and again after its
+//! wake-ups were cut, a fair lock's first-come-first-served order, a hold that ends
+//! (a lease that runs out, or a session that ends) cancelling `with_lock`, dropped
+//! guards and dropped acquires, reentrancy, bad keys and kinds a store lacks; then the
+//! read-write lock ([`readers_overlap`] and the rest), the semaphore, and what an
+//! operator sees and does ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
+//! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]). A test of a kind or
+//! an operation that the store lacks ([`crate::LockError::Unsupported`], or the
+//! `Config` error of [`crate::backend::Store::force_unlock`] and `inspect`) has nothing
+//! to check and passes.
+//!
+//! It asserts no speed: every wait is on a condition, bounded by a deadline generous
+//! enough for a loaded machine, and each test by [`TEST_LIMIT`].
 
-use std::future::Future;
+use std::future::{Future, ready};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use lock_core::{DEFAULT_MAX_KEY_LEN, LockError, LockKind, LockOptions, Locker};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
+use crate::{DEFAULT_MAX_KEY_LEN, LockError, LockKind, LockOptions, Locker};
+
+mod ending;
+mod fair;
 mod inspect;
 mod read_write;
 mod semaphore;
 
-pub(crate) use inspect::*;
-pub(crate) use read_write::*;
-pub(crate) use semaphore::*;
+pub use ending::*;
+pub use fair::*;
+pub use inspect::*;
+pub use read_write::*;
+pub use semaphore::*;
 
 /// Bounds each test: a deadlock or a lost wake-up fails it instead of hanging.
-pub(crate) const TEST_LIMIT: Duration = Duration::from_secs(30);
+pub const TEST_LIMIT: Duration = Duration::from_secs(30);
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -33,34 +89,74 @@ const SHORT_LEASE: Duration = Duration::from_millis(150);
 /// wake-up): generous, so that a loaded machine does not fail the test.
 const PATIENCE: Duration = Duration::from_secs(5);
 
+/// How a store's holds end when their owner no longer keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// Leases: a hold runs out unless the watchdog renews it (Redis, memory).
+    Lease,
+    /// Sessions: a hold lasts as long as the session it was taken on, and ends with it
+    /// (ZooKeeper's ephemeral nodes, a database's advisory locks).
+    Session,
+}
+
 /// A store under test: it makes `Locker`s sharing one store, as the replicas of one
 /// service would.
-pub(crate) trait StoreUnderTest: Send + Sync + 'static {
+pub trait StoreUnderTest: Send + Sync + 'static {
     /// What the store calls itself (its `Store::name`), which its errors quote.
     fn name(&self) -> &str;
 
-    /// One more `Locker` on the store: another replica.
+    /// How the store's holds end: leases unless it says otherwise. The suite runs the
+    /// lease half of its tests, or their session counterparts.
+    fn holds(&self) -> Holds {
+        Holds::Lease
+    }
+
+    /// One more `Locker` on the store: another replica, with a session of its own on a
+    /// session store.
     fn locker(&self) -> impl Future<Output = Locker> + Send;
+
+    /// Ends the session that the holds of `locker` live on, as its connection's death or
+    /// its expiry would; its next acquisition opens a new one. Called only when
+    /// [`holds`](Self::holds) says [`Holds::Session`]; the default panics.
+    fn end_session(&self, locker: &Locker) -> impl Future<Output = ()> + Send {
+        let _ = locker;
+        async { panic!("a store whose holds are sessions must say how to end one") }
+    }
+
+    /// Once a waiter of `locker` for `key` listens for its wake-ups, cuts what delivers
+    /// them (Redis: the pub/sub connection), as a network fault would, and returns once
+    /// the store listens again by itself: `true`. `false` (the default) when the store
+    /// has no such channel, and the test has nothing to check.
+    fn cut_wakeups(&self, locker: &Locker, key: &str) -> impl Future<Output = bool> + Send {
+        let _ = (locker, key);
+        ready(false)
+    }
 }
 
 /// Instantiates every test of the suite for one store: `conformance!(name, make)` expands
-/// to `mod name { .. }` with one `#[tokio::test]` per suite test, each making a fresh store
-/// under test with the expression `make` and running the test on it within [`TEST_LIMIT`].
+/// to `mod name { .. }` with one `#[test]` per suite test, each running on a runtime of
+/// its own, making a fresh store under test with the expression `make`, and running the
+/// test on it within [`TEST_LIMIT`](crate::conformance::TEST_LIMIT). See the
+/// [module docs](crate::conformance).
+#[macro_export]
 macro_rules! conformance {
     ($store:ident, $make:expr) => {
-        $crate::suite::conformance!(@tests $store, $make;
+        $crate::conformance!(@tests $store, $make;
             exclusion_loses_no_update,
             fencing_tokens_strictly_increase,
-            fencing_tokens_increase_past_a_lease_that_ran_out,
+            fencing_tokens_increase_past_a_hold_that_ended,
             try_lock_takes_a_free_key_and_not_a_held_one,
             a_wait_for_a_held_key_ends_in_timeout,
             a_release_wakes_a_waiter_promptly,
-            lease_loss_cancels_with_lock,
+            a_waiter_is_woken_after_its_wake_ups_were_cut,
+            holds_end_as_the_store_says,
+            a_hold_that_ends_cancels_with_lock,
             a_dropped_guard_frees_the_lock,
             a_dropped_waiting_acquire_leaves_no_lock,
             an_acquire_cut_short_anywhere_leaves_no_lock,
             reentrancy_is_per_task_and_shares_the_token,
             fair_and_exclusive_holds_reenter_each_other,
+            a_fair_lock_serves_lockers_in_the_order_they_asked,
             bad_keys_are_refused_before_the_store,
             unsupported_kinds_are_refused_naming_store_and_kind,
             readers_overlap,
@@ -72,7 +168,7 @@ macro_rules! conformance {
             kinds_of_one_name_exclude_each_other,
             a_crashed_reader_frees_only_its_own_share,
             a_semaphore_never_admits_more_than_its_count,
-            a_permit_left_to_run_out_is_reclaimed,
+            a_crashed_holders_permit_is_reclaimed,
             a_semaphore_keeps_its_count,
             permits_are_not_reentrant,
             dropped_guards_of_every_kind_free_their_hold,
@@ -87,25 +183,78 @@ macro_rules! conformance {
             use super::*;
 
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let store = $make;
-                    $crate::suite::within_limit(
+                #[test]
+                fn $test() {
+                    $crate::conformance::run(
                         concat!(stringify!($store), "::", stringify!($test)),
-                        $crate::suite::$test(&store),
-                    )
-                    .await;
+                        async {
+                            let store = $make;
+                            $crate::conformance::$test(&store).await;
+                        },
+                    );
                 }
             )+
         }
     };
 }
-pub(crate) use conformance;
 
-/// Runs one test, failing it if it runs past [`TEST_LIMIT`].
-pub(crate) async fn within_limit(test: &str, body: impl Future<Output = ()>) {
-    if timeout(TEST_LIMIT, body).await.is_err() {
-        panic!("{test} still running after {TEST_LIMIT:?}: a deadlock or a lost wake-up");
+/// Runs one test on a runtime of its own (two worker threads, as a small service has),
+/// failing it if it runs past [`TEST_LIMIT`].
+pub fn run(test: &str, body: impl Future<Output = ()>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the test");
+    runtime.block_on(async {
+        if timeout(TEST_LIMIT, body).await.is_err() {
+            panic!("{test} still running after {TEST_LIMIT:?}: a deadlock or a lost wake-up");
+        }
+    });
+}
+
+/// Awaits `cond` every 5 ms until it returns `true`.
+///
+/// # Panics
+///
+/// With `timed out after {deadline:?} waiting for {what}` if `cond` is still false after
+/// `deadline`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut calls = 0;
+/// lock_core::conformance::eventually(std::time::Duration::from_secs(1), "the third call", || {
+///     calls += 1;
+///     std::future::ready(calls == 3)
+/// })
+/// .await;
+/// # }
+/// ```
+#[track_caller]
+pub fn eventually<F, Fut>(
+    deadline: Duration,
+    what: &str,
+    mut cond: F,
+) -> impl Future<Output = ()> + use<F, Fut>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    const POLL_INTERVAL: Duration = Duration::from_millis(5);
+    let caller = std::panic::Location::caller();
+    let what = what.to_owned();
+    async move {
+        let started = Instant::now();
+        loop {
+            if cond().await {
+                return;
+            }
+            if started.elapsed() >= deadline {
+                panic!("timed out after {deadline:?} waiting for {what} (at {caller})");
+            }
+            sleep(POLL_INTERVAL).await;
+        }
     }
 }
 
@@ -113,7 +262,7 @@ pub(crate) async fn within_limit(test: &str, body: impl Future<Output = ()>) {
 /// write of a counter kept outside the store: no update is lost, and no two tasks are
 /// ever inside at once. Exclusive holds alone, then mixed with fair ones where the store
 /// has them (one lock, whatever the kind).
-pub(crate) async fn exclusion_loses_no_update(store: &impl StoreUnderTest) {
+pub async fn exclusion_loses_no_update(store: &impl StoreUnderTest) {
     let lockers = two(store).await;
     for (i, kinds) in kind_mixes(&lockers[0]).await.iter().enumerate() {
         let seen = contend(&lockers, &format!("counter:{i}"), kinds).await;
@@ -125,7 +274,7 @@ pub(crate) async fn exclusion_loses_no_update(store: &impl StoreUnderTest) {
 /// Fencing tokens of one key, recorded while held by tasks over two `Locker`s, strictly
 /// increase in the order the lock was taken (exclusive holds, then mixed with fair ones
 /// where the store has them).
-pub(crate) async fn fencing_tokens_strictly_increase(store: &impl StoreUnderTest) {
+pub async fn fencing_tokens_strictly_increase(store: &impl StoreUnderTest) {
     let lockers = two(store).await;
     for (i, kinds) in kind_mixes(&lockers[0]).await.iter().enumerate() {
         let seen = contend(&lockers, &format!("fenced:{i}"), kinds).await;
@@ -136,36 +285,9 @@ pub(crate) async fn fencing_tokens_strictly_increase(store: &impl StoreUnderTest
     }
 }
 
-/// A holder whose lease ran out (watchdog off) is followed by one with a greater token,
-/// and can no longer release the lock from under it.
-pub(crate) async fn fencing_tokens_increase_past_a_lease_that_ran_out(store: &impl StoreUnderTest) {
-    let [a, b] = two(store).await;
-    let stale = a.lock_with("expiring", short_lease()).await.unwrap();
-    timeout(PATIENCE, stale.lost())
-        .await
-        .expect("a lease with the watchdog off never ran out");
-    let next = b
-        .lock_with("expiring", LockOptions::new().wait(PATIENCE))
-        .await
-        .expect("a lease that ran out frees the lock");
-    assert!(
-        next.fencing_token() > stale.fencing_token(),
-        "token {} after a lost lease is not above {}",
-        next.fencing_token(),
-        stale.fencing_token()
-    );
-    let err = stale.release().await.unwrap_err();
-    assert!(err.is_not_held(), "a stale owner's release: {err}");
-    assert!(
-        next.is_held().await.unwrap(),
-        "a stale owner freed the lock"
-    );
-    next.release().await.unwrap();
-}
-
 /// `try_lock` makes one attempt: `Ok(None)` on a key held elsewhere, `Ok(Some)` on a free
 /// one.
-pub(crate) async fn try_lock_takes_a_free_key_and_not_a_held_one(store: &impl StoreUnderTest) {
+pub async fn try_lock_takes_a_free_key_and_not_a_held_one(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     let held = a.lock("tried").await.unwrap();
     assert!(
@@ -184,8 +306,9 @@ pub(crate) async fn try_lock_takes_a_free_key_and_not_a_held_one(store: &impl St
 }
 
 /// A wait for a key held elsewhere ends in `Timeout` once the wait is over (not before,
-/// and not long after), with the holder's remaining lease as `retry_after`.
-pub(crate) async fn a_wait_for_a_held_key_ends_in_timeout(store: &impl StoreUnderTest) {
+/// and not long after), with the holder's remaining lease as `retry_after` where holds
+/// are leases.
+pub async fn a_wait_for_a_held_key_ends_in_timeout(store: &impl StoreUnderTest) {
     const WAIT: Duration = Duration::from_millis(200);
     const HOLDER_LEASE: Duration = Duration::from_secs(10);
     let [a, b] = two(store).await;
@@ -203,19 +326,21 @@ pub(crate) async fn a_wait_for_a_held_key_ends_in_timeout(store: &impl StoreUnde
     assert_eq!(err.key(), Some("busy"));
     assert!(waited >= WAIT, "gave up after {waited:?}, before its wait");
     assert!(waited < WAIT + PATIENCE, "gave up only after {waited:?}");
-    let retry = err
-        .retry_after()
-        .expect("a timeout with the holder's lease");
-    assert!(
-        retry > Duration::ZERO && retry <= HOLDER_LEASE,
-        "retry after {retry:?}, for a holder with a {HOLDER_LEASE:?} lease"
-    );
+    if store.holds() == Holds::Lease {
+        let retry = err
+            .retry_after()
+            .expect("a timeout with the holder's lease");
+        assert!(
+            retry > Duration::ZERO && retry <= HOLDER_LEASE,
+            "retry after {retry:?}, for a holder with a {HOLDER_LEASE:?} lease"
+        );
+    }
     held.release().await.unwrap();
 }
 
 /// A waiter on another `Locker`, for a key whose holder has a long lease, gets the lock
 /// soon after its release: the release woke it, where a poll would come later.
-pub(crate) async fn a_release_wakes_a_waiter_promptly(store: &impl StoreUnderTest) {
+pub async fn a_release_wakes_a_waiter_promptly(store: &impl StoreUnderTest) {
     /// Time for the waiter to try, listen and try again; had it not parked by the
     /// release, it takes the lock on an attempt of its own (which passes, proving less).
     const PARK: Duration = Duration::from_millis(150);
@@ -258,38 +383,50 @@ pub(crate) async fn a_release_wakes_a_waiter_promptly(store: &impl StoreUnderTes
     );
 }
 
-/// `with_lock` whose lease runs out (watchdog off) under a body that never ends ends in
-/// `Lost`, having dropped the body; another `Locker` can take the key afterwards.
-pub(crate) async fn lease_loss_cancels_with_lock(store: &impl StoreUnderTest) {
+/// A waiter whose wake-ups were cut (Redis: its `Locker`'s pub/sub connection killed)
+/// listens again on its own, and the next release wakes it, well before a poll would.
+/// Nothing to check for a store that has no channel to cut.
+pub async fn a_waiter_is_woken_after_its_wake_ups_were_cut(store: &impl StoreUnderTest) {
+    /// Well within the safety poll (about 1 s).
+    const PROMPT: Duration = Duration::from_millis(500);
     let [a, b] = two(store).await;
-    let started = Arc::new(AtomicBool::new(false));
-    let dropped = Arc::new(AtomicBool::new(false));
-    let body = {
-        let (started, flag) = (started.clone(), DropFlag(dropped.clone()));
+    let held = a
+        .lock_with("cut", LockOptions::new().lease(30 * SEC))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
         async move {
-            let _flag = flag;
-            started.store(true, Ordering::SeqCst);
-            std::future::pending::<()>().await;
+            let guard = b.lock_with("cut", long_wait()).await.unwrap();
+            let got = Instant::now();
+            guard.release().await.unwrap();
+            got
         }
-    };
-    let outcome = timeout(PATIENCE, a.with_lock_opts("body", short_lease(), body))
+    });
+    if !store.cut_wakeups(&b, "cut").await {
+        held.release().await.unwrap();
+        join(waiter).await;
+        return;
+    }
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let got = timeout(PATIENCE, join(waiter))
         .await
-        .expect("with_lock outlived its lease");
-    let err = outcome.expect_err("a body that never ends ended");
-    assert!(err.is_lost(), "expected Lost, got: {err}");
-    assert!(started.load(Ordering::SeqCst), "the body never ran");
-    assert!(dropped.load(Ordering::SeqCst), "the body was not dropped");
-    let next = b
-        .lock_with("body", LockOptions::new().wait(PATIENCE))
-        .await
-        .expect("a lost lock is free for another Locker");
-    next.release().await.unwrap();
+        .expect("the waiter never got the released lock");
+    let after = got.saturating_duration_since(released);
+    assert!(
+        after <= PROMPT,
+        "the waiter got the lock {after:?} after its release: its wake-ups were not \
+         restored (a poll found it; the safety poll is about 1 s)"
+    );
 }
 
 /// An operator forces a lock open: another `Locker`'s waiter gets it at once, the
 /// holder's guard reports the loss at its next renewal, and a free key reports nothing
-/// held. Readers of a read-write lock, where the store has them, are freed alike.
-pub(crate) async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
+/// held. Readers of a read-write lock, where the store has them, are freed alike. Nothing
+/// to check for a store that cannot force a lock open.
+pub async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
     store: &impl StoreUnderTest,
 ) {
     let [holder, operator] = two(store).await;
@@ -301,7 +438,16 @@ pub(crate) async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
         let operator = operator.clone();
         async move { operator.lock_with("stuck", long_wait()).await }
     });
-    assert!(operator.force_unlock("stuck").await.unwrap(), "it was held");
+    match operator.force_unlock("stuck").await {
+        Ok(held) => assert!(held, "it was held"),
+        Err(e) if e.is_config() => {
+            // A store that cannot force a lock open: nothing to check.
+            guard.release().await.unwrap();
+            join(waiter).await.unwrap().release().await.unwrap();
+            return;
+        }
+        Err(e) => panic!("force_unlock: {e}"),
+    }
     let next = timeout(PATIENCE, waiter)
         .await
         .expect("the waiter was not let in")
@@ -341,7 +487,7 @@ pub(crate) async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
 }
 
 /// A dropped guard releases its lock: once its `Locker` is flushed, another takes it.
-pub(crate) async fn a_dropped_guard_frees_the_lock(store: &impl StoreUnderTest) {
+pub async fn a_dropped_guard_frees_the_lock(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     let guard = a
         .lock_with("dropped", LockOptions::new().lease(30 * SEC))
@@ -363,7 +509,7 @@ pub(crate) async fn a_dropped_guard_frees_the_lock(store: &impl StoreUnderTest) 
 /// An acquire dropped while it waits (cut by a timeout, or its task aborted, on the
 /// holder's `Locker` or another, and aborted as the holder releases) leaves no lock
 /// behind.
-pub(crate) async fn a_dropped_waiting_acquire_leaves_no_lock(store: &impl StoreUnderTest) {
+pub async fn a_dropped_waiting_acquire_leaves_no_lock(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     for (round, waiter) in [&a, &b].into_iter().enumerate() {
         let key = format!("abandoned:{round}");
@@ -392,7 +538,7 @@ pub(crate) async fn a_dropped_waiting_acquire_leaves_no_lock(store: &impl StoreU
 
 /// An uncontended acquire cut short at many points (after 0, 1, 2 .. ms, or after 0, 1,
 /// 2 .. polls) leaves no lock behind once its `Locker` is flushed.
-pub(crate) async fn an_acquire_cut_short_anywhere_leaves_no_lock(store: &impl StoreUnderTest) {
+pub async fn an_acquire_cut_short_anywhere_leaves_no_lock(store: &impl StoreUnderTest) {
     const CUTS: u32 = 12;
     let [a, b] = two(store).await;
     let mut keys = Vec::new();
@@ -414,7 +560,7 @@ pub(crate) async fn an_acquire_cut_short_anywhere_leaves_no_lock(store: &impl St
 
 /// A task that holds a lock takes it again at once, with the same fencing token; the lock
 /// stays held, from other tasks of the same `Locker` too, until the outer guard goes.
-pub(crate) async fn reentrancy_is_per_task_and_shares_the_token(store: &impl StoreUnderTest) {
+pub async fn reentrancy_is_per_task_and_shares_the_token(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     let outer = a.lock("nested").await.unwrap();
     let inner = a
@@ -447,7 +593,7 @@ pub(crate) async fn reentrancy_is_per_task_and_shares_the_token(store: &impl Sto
 /// Fair and exclusive holds of one key are one lock: a task holding it as one kind takes
 /// it again as the other, at once and with the same token. (A store without fair locks
 /// has nothing to check here.)
-pub(crate) async fn fair_and_exclusive_holds_reenter_each_other(store: &impl StoreUnderTest) {
+pub async fn fair_and_exclusive_holds_reenter_each_other(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     if !has_kind(&a, LockKind::Fair).await {
         return; // a store without fair locks: nothing to re-enter
@@ -483,7 +629,7 @@ pub(crate) async fn fair_and_exclusive_holds_reenter_each_other(store: &impl Sto
 /// Bad keys (empty, control characters, over the length limit, starting with '}') are
 /// refused as `InvalidKey` by every call, before the store: nothing is locked under a
 /// similar valid key, such as one a careless store would have made of it.
-pub(crate) async fn bad_keys_are_refused_before_the_store(store: &impl StoreUnderTest) {
+pub async fn bad_keys_are_refused_before_the_store(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     let long = "x".repeat(DEFAULT_MAX_KEY_LEN + 1);
     let cases: [(&str, &[&str]); 6] = [
@@ -516,9 +662,7 @@ pub(crate) async fn bad_keys_are_refused_before_the_store(store: &impl StoreUnde
 /// Each kind beyond exclusive and fair is either taken (a store that has it) or refused
 /// as `Unsupported`, naming the store and the kind, with nothing locked; never another
 /// error, never a panic.
-pub(crate) async fn unsupported_kinds_are_refused_naming_store_and_kind(
-    store: &impl StoreUnderTest,
-) {
+pub async fn unsupported_kinds_are_refused_naming_store_and_kind(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     let kinds = [
         LockKind::Read,
@@ -671,9 +815,21 @@ async fn contend(lockers: &[Locker; 2], key: &str, kinds: &[LockKind]) -> Conten
     }
 }
 
-/// Exclusive, with a short lease that is not renewed.
-fn short_lease() -> LockOptions {
-    LockOptions::new().lease(SHORT_LEASE).watchdog(false)
+/// Options for a hold that the test lets end as a crashed owner's would, with
+/// [`end_holds`]: on a lease store, a short lease that is not renewed.
+fn ending(store: &impl StoreUnderTest) -> LockOptions {
+    match store.holds() {
+        Holds::Lease => LockOptions::new().lease(SHORT_LEASE).watchdog(false),
+        Holds::Session => LockOptions::new(),
+    }
+}
+
+/// Ends the holds that `locker` took with [`ending`] options, as a crash would: a lease
+/// store's run out by themselves; a session store's session is ended.
+async fn end_holds(store: &impl StoreUnderTest, locker: &Locker) {
+    if store.holds() == Holds::Session {
+        store.end_session(locker).await;
+    }
 }
 
 /// A wait much longer than any test step.

@@ -1,0 +1,234 @@
+//! The conformance suite of `lock_core::conformance`, run against every store of this
+//! repository: memory (with leases, and with sessions), one Redis server, RedLock over
+//! three, Sentinel and Cluster. Each `conformance!` line at the bottom makes one module of
+//! tests (`memory::exclusion_loses_no_update`, ...).
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::MemoryStore;
+use lock_core::conformance::{Holds, StoreUnderTest};
+use lock_core::{Locker, conformance};
+use lock_tests::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, eventually};
+
+mod common;
+
+/// How long a cut pub/sub connection may take to be opened again.
+const RESUBSCRIBED: Duration = Duration::from_secs(10);
+
+/// One [`MemoryStore`], shared by every `Locker` of a test.
+#[derive(Debug)]
+struct Memory {
+    store: Arc<MemoryStore>,
+}
+
+impl Memory {
+    fn new() -> Self {
+        Self {
+            store: Arc::new(MemoryStore::new()),
+        }
+    }
+}
+
+impl StoreUnderTest for Memory {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::builder()
+            .store(self.store.clone())
+            .build()
+            .await
+            .expect("a Locker on the shared memory store")
+    }
+}
+
+/// The same locks in memory, each `Locker` holding them on a session of its own
+/// ([`MemoryStore::session`]): the session half of the suite, run on the one store that
+/// has both.
+#[derive(Debug)]
+struct MemorySessions {
+    locks: MemoryStore,
+}
+
+impl MemorySessions {
+    fn new() -> Self {
+        Self {
+            locks: MemoryStore::new(),
+        }
+    }
+}
+
+impl StoreUnderTest for MemorySessions {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn holds(&self) -> Holds {
+        Holds::Session
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::builder()
+            .store(Arc::new(self.locks.session()))
+            .build()
+            .await
+            .expect("a Locker on a session of the shared memory store")
+    }
+
+    async fn end_session(&self, locker: &Locker) {
+        let store: &dyn Any = locker.store().as_ref();
+        let session = store
+            .downcast_ref::<MemoryStore>()
+            .expect("a Locker of this store under test");
+        session.end_session();
+    }
+}
+
+/// A `redis-server` of the test's own, on a free loopback port; each `Locker` connects to it.
+#[derive(Debug)]
+struct Redis {
+    server: RedisServer,
+}
+
+impl Redis {
+    fn spawn() -> Self {
+        Self {
+            server: RedisServer::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for Redis {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::connect(&self.server.url())
+            .await
+            .expect("connect to the test redis-server")
+    }
+
+    /// Kills the pub/sub connection (`CLIENT KILL TYPE pubsub`) once the waiter's `Locker`
+    /// subscribed, and waits until it has subscribed again.
+    async fn cut_wakeups(&self, _locker: &Locker, key: &str) -> bool {
+        cut_pub_sub(&self.server, || {
+            common::subscribed_lockers(&self.server, key)
+        })
+        .await;
+        true
+    }
+}
+
+/// Three `redis-server`s of the test's own, each `Locker` holding its locks on a quorum of
+/// them (RedLock).
+#[derive(Debug)]
+struct RedLock {
+    masters: Vec<RedisServer>,
+}
+
+impl RedLock {
+    fn spawn() -> Self {
+        Self {
+            masters: RedisServer::spawn_many(3),
+        }
+    }
+}
+
+impl StoreUnderTest for RedLock {
+    fn name(&self) -> &str {
+        "redlock"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::redlock(self.masters.iter().map(RedisServer::url))
+            .await
+            .expect("connect to the test redlock masters")
+    }
+}
+
+/// A master with a replica and three sentinels of the test's own; each `Locker` finds the
+/// master through the sentinels.
+#[derive(Debug)]
+struct Sentinel {
+    topology: RedisSentinel,
+}
+
+impl Sentinel {
+    fn spawn() -> Self {
+        Self {
+            topology: RedisSentinel::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for Sentinel {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::sentinel(self.topology.sentinel_urls(), MASTER_NAME)
+            .await
+            .expect("connect through the test sentinels")
+    }
+}
+
+/// A Redis Cluster of three masters of the test's own; each `Locker` is given every node
+/// as a seed.
+#[derive(Debug)]
+struct Cluster {
+    cluster: RedisCluster,
+}
+
+impl Cluster {
+    fn spawn() -> Self {
+        Self {
+            cluster: RedisCluster::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for Cluster {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::cluster(self.cluster.urls())
+            .await
+            .expect("connect to the test cluster")
+    }
+
+    /// Kills the pub/sub connection to the lock's node once the waiter's `Locker`
+    /// subscribed there (sharded channels), and waits until it has subscribed again.
+    async fn cut_wakeups(&self, _locker: &Locker, key: &str) -> bool {
+        let node = &self.cluster.nodes()[self.cluster.node_for_key(&format!("lock:{{{key}}}"))];
+        cut_pub_sub(node, || common::sharded_subscribers(node, key)).await;
+        true
+    }
+}
+
+/// Once one `Locker` listens for a lock's wake-ups on `server` (as `subscribers` counts),
+/// kills the pub/sub connections there, then waits until it listens again.
+async fn cut_pub_sub(server: &RedisServer, subscribers: impl Fn() -> usize) {
+    let listening = || std::future::ready(subscribers() == 1);
+    eventually(RESUBSCRIBED, "the waiter to subscribe", listening).await;
+    let cut = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap();
+    assert_eq!(
+        cut.as_int(),
+        Some(1),
+        "the waiter's pub/sub connection was not cut"
+    );
+    eventually(RESUBSCRIBED, "the waiter to subscribe again", listening).await;
+}
+
+conformance!(memory, Memory::new());
+conformance!(memory_sessions, MemorySessions::new());
+conformance!(redis, Redis::spawn());
+conformance!(redlock, RedLock::spawn());
+conformance!(sentinel, Sentinel::spawn());
+conformance!(cluster, Cluster::spawn());
