@@ -591,7 +591,7 @@ pub async fn reentrancy_is_per_task_and_shares_the_token(store: &impl StoreUnder
 }
 
 /// Fair and exclusive holds of one key are one lock: a task holding it as one kind takes
-/// it again as the other, at once and with the same token. (A store without fair locks
+/// it again as the other (and a fair hold as fair), at once and with the same token. (A store without fair locks
 /// has nothing to check here.)
 pub async fn fair_and_exclusive_holds_reenter_each_other(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
@@ -601,6 +601,7 @@ pub async fn fair_and_exclusive_holds_reenter_each_other(store: &impl StoreUnder
     let kinds = [
         (LockKind::Fair, LockKind::Exclusive),
         (LockKind::Exclusive, LockKind::Fair),
+        (LockKind::Fair, LockKind::Fair),
     ];
     for (first, then) in kinds {
         let outer = a
