@@ -146,8 +146,9 @@
 //!   ZooKeeper watch) does without it.
 //! - A new store is a type implementing [`backend::Store`], plugged in with
 //!   [`LockerBuilder::store`]; the [`backend`] docs show a whole one. It proves itself
-//!   by joining the conformance suite in `lock-tests` (`tests/tests/conformance/`), one
-//!   line.
+//!   by running the conformance suite, `lock_core::conformance` (behind the
+//!   `conformance` feature), with one line in a test file of its own;
+//!   `tests/tests/conformance.rs` runs it on this crate's stores.
 //!
 //! # Fencing
 //!
