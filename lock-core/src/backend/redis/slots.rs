@@ -180,7 +180,8 @@ pub(super) async fn per_node<T: FromRedisValue>(
 }
 
 /// The slot of `key`: CRC16 of its hash tag (what is between its first `{` and the next
-/// `}`, if that is not empty), or of the whole key.
+/// `}`, if that is not empty), or of the whole key. redis-rs's `Slot::for_key` computes
+/// the same, but does not give out the number that the slot map's ranges are looked up by.
 pub(super) fn slot_of(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % SLOTS
 }
@@ -197,19 +198,25 @@ fn hash_tag(key: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use redis::cluster_routing::Slot;
+
     use super::*;
 
     #[test]
-    fn slots_are_the_clusters() {
-        // From the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(slot_of(b"123456789"), 0x31c3);
+    fn a_locks_keys_share_one_slot() {
+        // From `CLUSTER KEYSLOT`.
         assert_eq!(slot_of(b"foo"), 12182);
-        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
-        assert_eq!(slot_of(b"lock:{k}:fence"), slot_of(b"k"));
-        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
-        assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
-        assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
-        assert_eq!(hash_tag(b"foo{bar"), b"foo{bar");
+        assert_eq!(slot_of(b"lock:{foo}"), 12182);
+        assert_eq!(slot_of(b"lock:{foo}:fence"), 12182);
+    }
+
+    proptest! {
+        /// A key's slot is the one redis-rs routes it by, hash tags and all.
+        #[test]
+        fn slots_are_redis_rs_slots(key in "[{}ab]{0,12}") {
+            prop_assert_eq!(Slot::new(slot_of(key.as_bytes())), Some(Slot::for_key(&key)));
+        }
     }
 
     #[test]
