@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{RedisCluster, RedisServer, eventually};
+use lock_tests::{RedisCluster, RedisServer, ValueExt, eventually};
 
 #[path = "common/wake.rs"]
 mod wake;
@@ -109,7 +109,7 @@ async fn a_release_wakes_a_waiter_on_every_master() {
 fn sharded_subscribers(node: &RedisServer, name: &str) -> usize {
     let pattern = format!("lock:{{{name}}}:released:*");
     let reply = node.cmd(&["PUBSUB", "SHARDCHANNELS", &pattern]).unwrap();
-    reply.as_array().unwrap().len()
+    reply.as_sequence().unwrap().len()
 }
 
 /// The pub/sub connection cut under a waiter (`CLIENT KILL TYPE pubsub` on the lock's

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_core::redis::AsyncCommands;
 use lock_core::{LockOptions, Locker, RedisConnectionManager, bb8};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, ValueExt};
 
 /// A `Locker` on a bare bb8 pool, with no url: it has no pub/sub connection, so its
 /// waiters hear no release and poll.
@@ -62,5 +62,5 @@ pub(crate) async fn count_under_lock(
 pub(crate) fn subscribed_lockers(server: &RedisServer, name: &str) -> usize {
     let pattern = format!("lock:{{{name}}}:released:*");
     let reply = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
-    reply.as_array().unwrap().len()
+    reply.as_sequence().unwrap().len()
 }
