@@ -61,12 +61,11 @@ impl LockScript {
     }
 
     /// A call of the script, starting with its first key; the other keys follow, then the
-    /// arguments. Own code rather than redis-rs's `ScriptInvocation`, which keeps each
-    /// argument in an allocation of its own and copies them all into the command it sends
-    /// (2,000 more instructions per lock + release cycle, by callgrind: BENCHMARKS.md).
+    /// arguments, each written straight into the `EVALSHA` command that is sent, not
+    /// gathered first as redis-rs's `ScriptInvocation` does (BENCHMARKS.md, "Where the
+    /// regression went").
     pub(super) fn key<T: ToRedisArgs>(&self, key: T) -> ScriptCall<'_> {
-        // Room for the largest call (the fair scripts' 6 keys and 6 arguments), so that
-        // the command is never grown.
+        // Room for the largest call: the fair scripts' 6 keys and 6 arguments.
         let mut cmd = Cmd::with_capacity(16, 512);
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
