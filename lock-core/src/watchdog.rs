@@ -116,8 +116,8 @@ impl Watchdog {
         let mut queue = self.shared.queue();
         let first = queue.next().is_none_or(|next| at < next);
         queue.schedule(at, lease);
-        // Once released leases may be half the queue, drop them all: each compaction
-        // costs at most twice the releases it follows.
+        // Once released leases may be half the queue (1024 of them at least), drop them
+        // all: past that, they never outnumber the live ones.
         let stale = self.shared.released.load(Ordering::Relaxed);
         if stale >= 1024 && stale * 2 >= queue.leases.len() {
             self.shared.released.fetch_sub(stale, Ordering::Relaxed);

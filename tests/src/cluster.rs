@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::chain;
 use crate::server::{REDIS_SERVER, info_field, spawn_error};
-use crate::{HarnessError, POLL_INTERVAL, RedisServer};
+use crate::{HarnessError, POLL_INTERVAL, RedisServer, ValueExt};
 
 /// Masters in the cluster.
 const MASTERS: usize = 3;
@@ -195,16 +195,16 @@ impl RedisCluster {
         });
         // Each entry: [first slot, last slot, [ip, port, id, ..] of the master, replicas..].
         let port = slots
-            .as_array()
+            .as_sequence()
             .into_iter()
             .flatten()
-            .filter_map(|range| range.as_array())
+            .filter_map(|range| range.as_sequence())
             .find(|range| {
                 let first = range.first().and_then(|r| r.as_int());
                 let last = range.get(1).and_then(|r| r.as_int());
                 matches!((first, last), (Some(a), Some(b)) if (a..=b).contains(&slot))
             })
-            .and_then(|range| range.get(2)?.as_array()?.get(1)?.as_int())
+            .and_then(|range| range.get(2)?.as_sequence()?.get(1)?.as_int())
             .unwrap_or_else(|| panic!("no node serves slot {slot} (key {key:?}): {slots:?}"));
         self.nodes
             .iter()

@@ -55,8 +55,14 @@ pub enum HarnessError {
         /// The server's port.
         port: u16,
     },
-    /// The server sent bytes that are not valid RESP2.
-    Protocol(String),
+    /// A reply could not be read: the connection failed or timed out, or the server sent
+    /// bytes that are not RESP; `context` says which reply.
+    Reply {
+        /// What the harness was reading, e.g. "read the reply to GET from 127.0.0.1:40123".
+        context: String,
+        /// The underlying error.
+        source: redis::RedisError,
+    },
     /// `redis-cli --cluster create` failed.
     ClusterCreate {
         /// Its exit status, `None` if it was killed after the deadline.
@@ -76,11 +82,16 @@ pub enum HarnessError {
 impl HarnessError {
     /// Whether this is an I/O timeout, e.g. a read from a paused server.
     pub fn is_timeout(&self) -> bool {
-        matches!(
-            self,
-            HarnessError::Io { source, .. }
-                if matches!(source.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-        )
+        match self {
+            HarnessError::Io { source, .. } => {
+                matches!(
+                    source.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                )
+            }
+            HarnessError::Reply { source, .. } => source.is_timeout(),
+            _ => false,
+        }
     }
 
     /// Whether the binary was not found on `PATH`.
@@ -104,7 +115,9 @@ impl fmt::Display for HarnessError {
                 "{binary} not found on PATH: install it with \"apt-get install -y redis-server\" \
                  (Debian/Ubuntu) or \"brew install redis\" (macOS)"
             ),
-            HarnessError::Io { context, .. } => write!(f, "failed to {context}"),
+            HarnessError::Io { context, .. } | HarnessError::Reply { context, .. } => {
+                write!(f, "failed to {context}")
+            }
             HarnessError::Exited {
                 port,
                 status,
@@ -133,7 +146,6 @@ impl fmt::Display for HarnessError {
                     "redis-server on port {port} is not running (it was killed)"
                 )
             }
-            HarnessError::Protocol(what) => write!(f, "invalid RESP reply: {what}"),
             HarnessError::ClusterCreate { status, output } => {
                 match status {
                     Some(status) => write!(f, "redis-cli --cluster create failed ({status})")?,
@@ -154,6 +166,7 @@ impl Error for HarnessError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
             HarnessError::Io { source, .. } => Some(source),
+            HarnessError::Reply { source, .. } => Some(source),
             _ => None,
         }
     }

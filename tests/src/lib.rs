@@ -2,12 +2,14 @@
 //! loopback ports, so a test suite never touches a Redis it did not start.
 //!
 //! ```no_run
-//! use lock_tests::{RedisCluster, RedisServer, Resp};
+//! use lock_tests::{RedisCluster, RedisServer, ValueExt};
+//! use redis::Value;
 //!
 //! // One server: waits until it answers PING, killed (and its temp dir removed) on drop.
+//! // Replies are redis-rs's `Value`s.
 //! let server = RedisServer::spawn();
 //! assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap().as_str(), Some("OK"));
-//! assert_eq!(server.cmd(&["GET", "k"]).unwrap(), Resp::Bulk(Some(b"v".to_vec())));
+//! assert_eq!(server.cmd(&["GET", "k"]).unwrap(), Value::BulkString(b"v".to_vec()));
 //! let url = server.url(); // "redis://127.0.0.1:{port}/", for the client under test
 //! # let _ = url;
 //!
@@ -17,7 +19,7 @@
 //! server.resume();
 //! server.kill();
 //! server.restart();
-//! assert!(server.cmd(&["GET", "k"]).unwrap().is_nil());
+//! assert_eq!(server.cmd(&["GET", "k"]).unwrap(), Value::Nil);
 //!
 //! // Independent masters for RedLock; a 3-master cluster, and one with a replica of each
 //! // master; a master with a replica and three sentinels (`failover()` promotes the
@@ -32,9 +34,9 @@
 //!
 //! Connections through a [`TcpProxy`] can be cut at any moment, mid-command.
 //!
-//! The harness library is std only. The `torture` binary beside it runs lock-core itself,
-//! in several processes, under every fault the harness can inject, and checks that no
-//! update is lost: `cargo run --release -p lock-tests --bin torture` (`--help` for its
+//! The harness library is std, with redis-rs to read replies. The `torture` binary beside
+//! it runs lock-core itself, in several processes, under every fault the harness can
+//! inject, and checks that no update is lost: `cargo run --release -p lock-tests --bin torture` (`--help` for its
 //! options).
 //!
 //! It needs `redis-server` (and, for a cluster, `redis-cli`) on `PATH`; if it is missing,
@@ -48,7 +50,7 @@
 mod cluster;
 mod error;
 mod proxy;
-mod resp;
+mod reply;
 mod sentinel;
 mod server;
 
@@ -60,7 +62,7 @@ pub use error::HarnessError;
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use proxy::TcpProxy;
-pub use resp::{Resp, encode_command};
+pub use reply::ValueExt;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::RedisServer;
 

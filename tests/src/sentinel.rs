@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::chain;
 use crate::server::info_field;
-use crate::{HarnessError, POLL_INTERVAL, RedisServer};
+use crate::{HarnessError, POLL_INTERVAL, RedisServer, ValueExt};
 
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "locks";
@@ -131,7 +131,7 @@ fn port_named_by(sentinel: &RedisServer) -> Option<u16> {
     let reply = sentinel
         .cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
         .ok()?;
-    reply.as_array()?.get(1)?.as_str()?.parse().ok()
+    reply.as_sequence()?.get(1)?.as_str()?.parse().ok()
 }
 
 /// `role:` of `INFO replication`: `master` or `slave`.

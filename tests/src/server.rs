@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, OpenOptions};
-use std::io::{self, BufReader, Write};
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,8 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redis::Value;
+
 use crate::error::chain;
-use crate::{HarnessError, POLL_INTERVAL, Resp, encode_command};
+use crate::{HarnessError, POLL_INTERVAL, ValueExt};
 
 /// The binary [`RedisServer::spawn`] runs, looked up on `PATH`.
 pub(crate) const REDIS_SERVER: &str = "redis-server";
@@ -266,15 +268,19 @@ impl RedisServer {
 
     /// Sends one command over a fresh connection and reads the reply, with a 5 s timeout.
     ///
-    /// An error reply is `Ok(Resp::Error(..))`; `Err` means the command could not be sent or
-    /// its reply read (e.g. [`HarnessError::NotRunning`] after [`kill`](Self::kill), or a
-    /// timeout while [paused](Self::pause)).
-    pub fn cmd(&self, args: &[&str]) -> Result<Resp, HarnessError> {
+    /// An error reply is `Ok(Value::ServerError(..))`; `Err` means the command could not be
+    /// sent or its reply read (e.g. [`HarnessError::NotRunning`] after [`kill`](Self::kill),
+    /// or a timeout while [paused](Self::pause)).
+    pub fn cmd(&self, args: &[&str]) -> Result<Value, HarnessError> {
         self.cmd_with_timeout(args, CMD_TIMEOUT)
     }
 
     /// [`cmd`](Self::cmd) with another connect, write and read timeout.
-    pub fn cmd_with_timeout(&self, args: &[&str], timeout: Duration) -> Result<Resp, HarnessError> {
+    pub fn cmd_with_timeout(
+        &self,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<Value, HarnessError> {
         if !self.is_running() {
             // Never connect then: the port may already belong to another test's server.
             return Err(HarnessError::NotRunning { port: self.port });
@@ -292,7 +298,7 @@ impl RedisServer {
         let info = self
             .cmd(&["INFO", "commandstats"])
             .expect("INFO commandstats");
-        let text = String::from_utf8_lossy(info.as_bytes().unwrap_or_default()).into_owned();
+        let text = info.as_str().unwrap_or_default();
         let prefix = format!("cmdstat_{command}:calls=");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))
@@ -368,7 +374,7 @@ impl RedisServer {
                 });
             }
             let pong = request(self.port, &["PING"], PROBE_TIMEOUT)
-                .is_ok_and(|reply| reply == Resp::Simple("PONG".to_owned()));
+                .is_ok_and(|reply| reply.as_str() == Some("PONG"));
             if pong {
                 // Make sure the PONG came from our process, not from one that took the port.
                 match server_pid(self.port) {
@@ -525,7 +531,7 @@ fn server_args(port: u16, dir: &Path, cluster: bool, extra: &[&str]) -> Vec<OsSt
 }
 
 /// One command over a fresh connection to `127.0.0.1:port`.
-pub(crate) fn request(port: u16, args: &[&str], timeout: Duration) -> Result<Resp, HarnessError> {
+pub(crate) fn request(port: u16, args: &[&str], timeout: Duration) -> Result<Value, HarnessError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let name = args.first().copied().unwrap_or_default();
     let stream = TcpStream::connect_timeout(&addr, timeout)
@@ -536,14 +542,14 @@ pub(crate) fn request(port: u16, args: &[&str], timeout: Duration) -> Result<Res
         .and_then(|()| stream.set_nodelay(true));
     configure.map_err(|e| HarnessError::io(format!("configure the connection to {addr}"), e))?;
     (&stream)
-        .write_all(&encode_command(args))
+        .write_all(&redis::Cmd::new().arg(args).get_packed_command())
         .map_err(|e| HarnessError::io(format!("send {name} to {addr}"), e))?;
-    Resp::read_from(&mut BufReader::new(&stream)).map_err(|e| match e {
-        HarnessError::Io { source, .. } => {
-            HarnessError::io(format!("read the reply to {name} from {addr}"), source)
-        }
-        other => other,
-    })
+    redis::Parser::new()
+        .parse_value(&stream)
+        .map_err(|source| HarnessError::Reply {
+            context: format!("read the reply to {name} from {addr}"),
+            source,
+        })
 }
 
 /// The `process_id` in `INFO server` of whatever answers on `port`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::backend::MemoryStore;
 use lock_core::conformance::{Holds, StoreUnderTest};
 use lock_core::{Locker, conformance};
-use lock_tests::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, eventually};
+use lock_tests::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, ValueExt, eventually};
 
 mod common;
 

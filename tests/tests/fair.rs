@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lock_core::{LockGuard, LockOptions, Locker};
-use lock_tests::{RedisServer, eventually};
+use lock_tests::{RedisServer, ValueExt, eventually};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
@@ -184,7 +184,7 @@ async fn waiters_that_give_up_or_die_do_not_hold_up_the_line() {
     // A waiter that died: its place (200 ms from now, on the server's clock) is never
     // renewed. Were the lock handed to it, it would stay held for its 30 s lease.
     let time = server.cmd(&["TIME"]).unwrap();
-    let time = time.as_array().unwrap();
+    let time = time.as_sequence().unwrap();
     let now_us: u64 = time[0].as_str().unwrap().parse::<u64>().unwrap() * 1_000_000
         + time[1].as_str().unwrap().parse::<u64>().unwrap();
     let place = format!("{}:30000:00000000deadbeef", now_us + 200_000);

@@ -1,25 +1,20 @@
 //! Tests of the harness itself, against real `redis-server` processes.
 
-use std::io::{BufReader, ErrorKind, Write};
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use lock_tests::{
-    HarnessError, RedisCluster, RedisServer, Resp, TcpProxy, encode_command, wait_until,
-};
+use lock_tests::{HarnessError, RedisCluster, RedisServer, TcpProxy, ValueExt, wait_until};
+use redis::{Parser, Value};
 
 const SHORT: Duration = Duration::from_millis(200);
 const WAIT: Duration = Duration::from_secs(10);
 
-fn ok() -> Resp {
-    Resp::Simple("OK".to_owned())
+fn bulk(value: &str) -> Value {
+    Value::BulkString(value.as_bytes().to_vec())
 }
 
-fn bulk(value: &str) -> Resp {
-    Resp::Bulk(Some(value.as_bytes().to_vec()))
-}
-
-fn ping(server: &RedisServer) -> Resp {
+fn ping(server: &RedisServer) -> Value {
     server.cmd(&["PING"]).expect("PING")
 }
 
@@ -36,17 +31,17 @@ fn spawn_answers_ping_and_set_get() {
         server.url(),
         format!("redis://127.0.0.1:{}/", server.port())
     );
-    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
-    assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap(), ok());
+    assert_eq!(ping(&server).as_str(), Some("PONG"));
+    assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap(), Value::Okay);
     assert_eq!(server.cmd(&["GET", "k"]).unwrap(), bulk("v"));
-    assert!(server.cmd(&["GET", "missing"]).unwrap().is_nil());
+    assert_eq!(server.cmd(&["GET", "missing"]).unwrap(), Value::Nil);
     assert_eq!(server.cmd(&["INCR", "n"]).unwrap().as_int(), Some(1));
     assert_eq!(server.cmd(&["DBSIZE"]).unwrap().as_int(), Some(2));
     // The server really runs with the harness's settings.
     let save = server.cmd(&["CONFIG", "GET", "save"]).unwrap();
-    assert_eq!(save, Resp::Array(Some(vec![bulk("save"), bulk("")])));
+    assert_eq!(save, Value::Array(vec![bulk("save"), bulk("")]));
     let bind = server.cmd(&["CONFIG", "GET", "bind"]).unwrap();
-    assert_eq!(bind.as_array().unwrap()[1].as_str(), Some("127.0.0.1"));
+    assert_eq!(bind.as_sequence().unwrap()[1].as_str(), Some("127.0.0.1"));
     assert!(
         server.log().contains("Ready to accept connections"),
         "{}",
@@ -59,11 +54,19 @@ fn error_replies_are_values() {
     let server = RedisServer::spawn();
     server.cmd(&["SET", "k", "not a number"]).unwrap();
     let reply = server.cmd(&["INCR", "k"]).unwrap();
-    assert!(reply.is_error(), "{reply:?}");
-    assert!(reply.as_error().unwrap().starts_with("ERR"), "{reply:?}");
+    let Value::ServerError(error) = &reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(error.code(), "ERR", "{reply:?}");
     let reply = server.cmd(&["NO-SUCH-COMMAND"]).unwrap();
+    let Value::ServerError(error) = &reply else {
+        panic!("{reply:?}")
+    };
     assert!(
-        reply.as_error().unwrap().contains("unknown command"),
+        error
+            .details()
+            .unwrap_or_default()
+            .contains("unknown command"),
         "{reply:?}"
     );
 }
@@ -75,9 +78,9 @@ fn two_servers_have_distinct_ports_dirs_and_data() {
     assert_ne!(a.port(), b.port());
     assert_ne!(a.dir(), b.dir());
     assert_ne!(a.pid(), b.pid());
-    assert_eq!(a.cmd(&["SET", "k", "a"]).unwrap(), ok());
-    assert!(b.cmd(&["GET", "k"]).unwrap().is_nil());
-    assert_eq!(b.cmd(&["SET", "k", "b"]).unwrap(), ok());
+    assert_eq!(a.cmd(&["SET", "k", "a"]).unwrap(), Value::Okay);
+    assert_eq!(b.cmd(&["GET", "k"]).unwrap(), Value::Nil);
+    assert_eq!(b.cmd(&["SET", "k", "b"]).unwrap(), Value::Okay);
     assert_eq!(a.cmd(&["GET", "k"]).unwrap(), bulk("a"));
     assert_eq!(b.cmd(&["GET", "k"]).unwrap(), bulk("b"));
 }
@@ -88,7 +91,7 @@ fn spawn_with_passes_extra_args() {
     let reply = server.cmd(&["CONFIG", "GET", "maxmemory"]).unwrap();
     assert_eq!(
         reply,
-        Resp::Array(Some(vec![bulk("maxmemory"), bulk("10485760")]))
+        Value::Array(vec![bulk("maxmemory"), bulk("10485760")])
     );
 }
 
@@ -107,7 +110,7 @@ fn kill_then_restart_gives_an_empty_server_on_the_same_port() {
     let mut server = RedisServer::spawn();
     let port = server.port();
     let pid = server.pid().unwrap();
-    assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap(), ok());
+    assert_eq!(server.cmd(&["SET", "k", "v"]).unwrap(), Value::Okay);
 
     server.kill();
     assert!(!server.is_running());
@@ -124,9 +127,10 @@ fn kill_then_restart_gives_an_empty_server_on_the_same_port() {
     assert!(server.is_running());
     assert_eq!(server.port(), port);
     assert_ne!(server.pid(), Some(pid));
-    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
-    assert!(
-        server.cmd(&["GET", "k"]).unwrap().is_nil(),
+    assert_eq!(ping(&server).as_str(), Some("PONG"));
+    assert_eq!(
+        server.cmd(&["GET", "k"]).unwrap(),
+        Value::Nil,
         "data must not survive a restart"
     );
     assert_eq!(server.cmd(&["DBSIZE"]).unwrap().as_int(), Some(0));
@@ -146,7 +150,7 @@ fn restart_of_a_running_server_kills_it_first() {
     let pid = server.pid();
     server.restart();
     assert_ne!(server.pid(), pid);
-    assert!(server.cmd(&["GET", "k"]).unwrap().is_nil());
+    assert_eq!(server.cmd(&["GET", "k"]).unwrap(), Value::Nil);
 }
 
 #[test]
@@ -154,20 +158,19 @@ fn pause_freezes_connected_clients_and_resume_releases_them() {
     let server = RedisServer::spawn();
     let stream = TcpStream::connect(server.addr()).unwrap();
     stream.set_read_timeout(Some(SHORT)).unwrap();
-    let mut reader = BufReader::new(&stream);
-    (&stream).write_all(&encode_command(&["PING"])).unwrap();
-    assert_eq!(
-        Resp::read_from(&mut reader).unwrap(),
-        Resp::Simple("PONG".to_owned())
-    );
+    let mut replies = Parser::new();
+    (&stream)
+        .write_all(&redis::cmd("PING").get_packed_command())
+        .unwrap();
+    assert_eq!(replies.parse_value(&stream).unwrap().as_str(), Some("PONG"));
 
     server.pause();
     assert!(server.is_running(), "a paused server is alive");
     (&stream)
-        .write_all(&encode_command(&["ECHO", "frozen"]))
+        .write_all(&redis::cmd("ECHO").arg("frozen").get_packed_command())
         .unwrap();
     let started = Instant::now();
-    let err = Resp::read_from(&mut reader).unwrap_err();
+    let err = replies.parse_value(&stream).unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
     assert!(started.elapsed() >= SHORT - Duration::from_millis(20));
     // A fresh connection times out as well.
@@ -177,8 +180,8 @@ fn pause_freezes_connected_clients_and_resume_releases_them() {
     server.resume();
     // The connected client gets the answer to the command it sent while the server was frozen.
     stream.set_read_timeout(Some(WAIT)).unwrap();
-    assert_eq!(Resp::read_from(&mut reader).unwrap(), bulk("frozen"));
-    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
+    assert_eq!(replies.parse_value(&stream).unwrap(), bulk("frozen"));
+    assert_eq!(ping(&server).as_str(), Some("PONG"));
 }
 
 #[test]
@@ -188,7 +191,9 @@ fn raw_timeout_is_a_std_timeout() {
     let mut stream = TcpStream::connect(server.addr()).unwrap();
     stream.set_read_timeout(Some(SHORT)).unwrap();
     server.pause();
-    stream.write_all(&encode_command(&["PING"])).unwrap();
+    stream
+        .write_all(&redis::cmd("PING").get_packed_command())
+        .unwrap();
     let mut buf = [0u8; 16];
     let err = std::io::Read::read(&mut stream, &mut buf).unwrap_err();
     assert!(
@@ -208,7 +213,7 @@ fn kill_while_paused() {
     server.kill();
     assert!(!server.is_running());
     server.restart();
-    assert_eq!(ping(&server), Resp::Simple("PONG".to_owned()));
+    assert_eq!(ping(&server).as_str(), Some("PONG"));
 }
 
 #[test]
@@ -222,7 +227,7 @@ fn spawn_many_starts_independent_masters() {
     for (i, server) in servers.iter().enumerate() {
         let role = server.cmd(&["ROLE"]).unwrap();
         assert_eq!(
-            role.as_array().unwrap()[0].as_str(),
+            role.as_sequence().unwrap()[0].as_str(),
             Some("master"),
             "{role:?}"
         );
@@ -283,13 +288,15 @@ fn missing_binary_gives_one_line() {
 fn try_spawn_from_runs_the_given_binary() {
     let server = RedisServer::try_spawn_from("redis-server", &["--maxclients", "77"]).unwrap();
     let reply = server.cmd(&["CONFIG", "GET", "maxclients"]).unwrap();
-    assert_eq!(reply.as_array().unwrap()[1], bulk("77"));
+    assert_eq!(reply.as_sequence().unwrap()[1], bulk("77"));
 }
 
 /// Sends `args` over `stream` and reads the reply; `None` if either fails.
-fn send(stream: &TcpStream, args: &[&str]) -> Option<Resp> {
-    (&*stream).write_all(&encode_command(args)).ok()?;
-    Resp::read_from(&mut BufReader::new(stream)).ok()
+fn send(stream: &TcpStream, args: &[&str]) -> Option<Value> {
+    (&*stream)
+        .write_all(&redis::Cmd::new().arg(args).get_packed_command())
+        .ok()?;
+    Parser::new().parse_value(stream).ok()
 }
 
 #[test]
@@ -303,7 +310,7 @@ fn a_proxy_forwards_until_it_cuts_every_connection() {
         stream
     };
     let (first, second) = (connect(), connect());
-    assert_eq!(send(&first, &["SET", "k", "v"]), Some(ok()));
+    assert_eq!(send(&first, &["SET", "k", "v"]), Some(Value::Okay));
     assert_eq!(send(&second, &["GET", "k"]), Some(bulk("v")));
 
     assert_eq!(proxy.cut(), 2);
@@ -370,10 +377,14 @@ fn cluster_serves_every_slot() {
     for (i, node) in cluster.nodes().iter().enumerate() {
         let reply = node.cmd(&["SET", "foo", "bar"]).unwrap();
         if i == owner {
-            assert_eq!(reply, ok());
+            assert_eq!(reply, Value::Okay);
         } else {
-            let expected = format!("MOVED 12182 127.0.0.1:{}", cluster.nodes()[owner].port());
-            assert_eq!(reply.as_error(), Some(expected.as_str()), "{reply:?}");
+            let Value::ServerError(error) = &reply else {
+                panic!("{reply:?}")
+            };
+            let to = format!("12182 127.0.0.1:{}", cluster.nodes()[owner].port());
+            assert_eq!(error.code(), "MOVED", "{reply:?}");
+            assert_eq!(error.details(), Some(to.as_str()), "{reply:?}");
         }
     }
 }
@@ -392,7 +403,10 @@ fn cluster_node_restart_rejoins() {
 
     cluster.try_wait_ok(Duration::from_secs(30)).unwrap();
     assert_eq!(cluster.node_for_key("k"), owner, "the node keeps its slots");
-    assert!(cluster.nodes()[owner].cmd(&["GET", "k"]).unwrap().is_nil());
+    assert_eq!(
+        cluster.nodes()[owner].cmd(&["GET", "k"]).unwrap(),
+        Value::Nil
+    );
 }
 
 #[test]

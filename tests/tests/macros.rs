@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{LockError, Locker, distributed_lock};
-use lock_tests::{RedisServer, eventually};
+use lock_tests::{RedisServer, ValueExt, eventually};
 
 /// Bounds every scenario: a deadlock or a lost wake-up fails the test instead of hanging.
 const SCENARIO: Duration = Duration::from_secs(60);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, ValueExt};
 use tokio::time::{Instant, sleep};
 
 const SEC: Duration = Duration::from_secs(1);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{LockGuard, LockKind, LockOptions, Locker};
-use lock_tests::{RedisServer, eventually};
+use lock_tests::{RedisServer, ValueExt, eventually};
 use tokio::time::{Instant, timeout};
 
 mod common;
@@ -1042,7 +1042,10 @@ async fn a_wake_up_that_finds_nobody_is_passed_on() {
     assert!(gave_up.unwrap_err().is_timeout());
     let pattern = format!("{}:released:*", redis_key("relayed"));
     let channels = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
-    let channel = channels.as_array().unwrap()[0].as_str().unwrap().to_owned();
+    let channel = channels.as_sequence().unwrap()[0]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let b_id = channel.rsplit(':').next().unwrap().to_owned();
     let set = format!("{}:lockers", redis_key("relayed"));
     eventually(5 * SEC, "b to leave the set", || async {
@@ -1113,7 +1116,7 @@ fn keys_of(server: &RedisServer, name: &str) -> Vec<(String, i64)> {
     let pattern = format!("{}*", redis_key(name));
     let keys = server.cmd(&["KEYS", &pattern]).unwrap();
     let keys: Vec<String> = keys
-        .as_array()
+        .as_sequence()
         .unwrap()
         .iter()
         .map(|k| k.as_str().unwrap().to_owned())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
-use lock_tests::{RedisServer, eventually};
+use lock_tests::{RedisServer, ValueExt, eventually};
 use tokio::time::{Instant, sleep, timeout};
 
 const MASTERS: usize = 5;

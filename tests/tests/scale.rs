@@ -26,7 +26,7 @@ const LEFT_BEHIND: usize = 1 << 20;
 
 /// How many items the server lists in answer to `what` (channels, keys).
 fn count(server: &RedisServer, what: &[&str]) -> usize {
-    server.cmd(what).unwrap().as_array().unwrap().len()
+    server.cmd(what).unwrap().as_sequence().unwrap().len()
 }
 
 /// How many tasks the runtime runs.

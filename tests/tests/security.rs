@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lock_core::{LockError, Locker};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, ValueExt};
 
 #[path = "common/wake.rs"]
 mod wake;
@@ -206,7 +206,7 @@ async fn a_tls_server_is_reached_over_rediss_trusting_its_authority() {
     // The Lockers' connections are on the TLS port (each one's commands, and the waiter's
     // pub/sub); on the plain one only the harness's own, which asks.
     let clients = server.cmd(&["CLIENT", "LIST"]).unwrap();
-    let clients = String::from_utf8_lossy(clients.as_bytes().unwrap_or_default()).into_owned();
+    let clients = clients.as_str().unwrap_or_default();
     let on = |port: u16| {
         let laddr = format!(" laddr=127.0.0.1:{port} ");
         clients.lines().filter(|l| l.contains(&laddr)).count()

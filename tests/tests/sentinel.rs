@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{MASTER_NAME, RedisSentinel, RedisServer};
+use lock_tests::{MASTER_NAME, RedisSentinel, RedisServer, ValueExt};
 use tokio::time::timeout;
 
 const LEASE: Duration = Duration::from_secs(2);

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lock_tests::{RedisServer, eventually, wait_until};
+use lock_tests::{RedisServer, ValueExt, eventually, wait_until};
 use serde_json::Value;
 
 /// The bound of every wait in this file.

@@ -276,7 +276,7 @@ impl Locker {
             ..
         } = opts;
         let span = tracing::debug_span!("lock_acquire", key = %request.key, kind = ?request.kind, lock = label);
-        // A block: an async fn would keep a second copy of the request (280 B, not 160).
+        // A block, not an async fn, which would keep a second copy of the request.
         let acquire = async move {
             let store = &*self.inner.store;
             if !store.supports(request.kind) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_core::redis::AsyncCommands;
 use lock_core::{LockOptions, Locker, RedisConnectionManager, bb8};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, ValueExt};
 
 /// A `Locker` on a bare bb8 pool, with no url: it has no pub/sub connection, so its
 /// waiters hear no release and poll.
@@ -63,7 +63,7 @@ pub(crate) async fn count_under_lock(
 pub(crate) fn subscribed_lockers(server: &RedisServer, name: &str) -> usize {
     let pattern = format!("lock:{{{name}}}:released:*");
     let reply = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
-    reply.as_array().unwrap().len()
+    reply.as_sequence().unwrap().len()
 }
 
 /// How many `Locker`s listen for lock `name`'s wake-ups on cluster node `node` (sharded
@@ -71,5 +71,5 @@ pub(crate) fn subscribed_lockers(server: &RedisServer, name: &str) -> usize {
 pub(crate) fn sharded_subscribers(node: &RedisServer, name: &str) -> usize {
     let pattern = format!("lock:{{{name}}}:released:*");
     let reply = node.cmd(&["PUBSUB", "SHARDCHANNELS", &pattern]).unwrap();
-    reply.as_array().unwrap().len()
+    reply.as_sequence().unwrap().len()
 }

@@ -165,7 +165,8 @@ impl Connection {
         if let Some(in_hand) = self.shared().clone() {
             return Ok(in_hand);
         }
-        // Boxed: inline, it would make every command's future 2,624 B, not 720.
+        // Boxed: opening is rare, and inline its state would be part of every command's
+        // future.
         Box::pin(self.open()).await
     }
 

@@ -149,8 +149,8 @@ impl Channels {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use redis::cluster_routing::Slot;
 
-    use super::super::slots::slot_of;
     use super::*;
 
     #[test]
@@ -204,9 +204,9 @@ mod tests {
                 store_keys(&RedisKey::new("lock:", &b)),
             );
             for keys in [&keys_a, &keys_b] {
-                let slot = slot_of(keys[0].as_bytes());
+                let slot = Slot::for_key(&keys[0]);
                 for key in keys {
-                    prop_assert_eq!(slot_of(key.as_bytes()), slot, "{}", key);
+                    prop_assert_eq!(Slot::for_key(key), slot, "{}", key);
                 }
             }
             if a != b {

@@ -5,19 +5,14 @@
 //! [`ScriptCall::invoke_async`] for one call, by [`pipelined`] for a pipeline of calls (the
 //! renewals). Each script has one reply shape, read with `FromRedisValue`.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ToRedisArgs, Value};
-
-use futures_util::future::join_all;
 
 use super::connection::Conn;
 use super::sentinel::in_epoch;
-use super::slots::{Node, Slots};
+use super::slots::per_node;
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
 use crate::semaphore::miscounted;
@@ -66,12 +61,11 @@ impl LockScript {
     }
 
     /// A call of the script, starting with its first key; the other keys follow, then the
-    /// arguments. Own code rather than redis-rs's `ScriptInvocation`, which keeps each
-    /// argument in an allocation of its own and copies them all into the command it sends
-    /// (2,000 more instructions per lock + release cycle, by callgrind: BENCHMARKS.md).
+    /// arguments, each written straight into the `EVALSHA` command that is sent, not
+    /// gathered first as redis-rs's `ScriptInvocation` does (BENCHMARKS.md, "Where the
+    /// regression went").
     pub(super) fn key<T: ToRedisArgs>(&self, key: T) -> ScriptCall<'_> {
-        // Room for the largest call (the fair scripts' 6 keys and 6 arguments), so that
-        // the command is never grown.
+        // Room for the largest call: the fair scripts' 6 keys and 6 arguments.
         let mut cmd = Cmd::with_capacity(16, 512);
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
@@ -93,12 +87,12 @@ impl LockScript {
 #[derive(Debug)]
 pub(super) struct ScriptCall<'a> {
     script: &'a Script,
-    cmd: Cmd,
+    pub(super) cmd: Cmd,
 }
 
 impl ScriptCall<'_> {
     /// The call's first key (its lock's key in Redis).
-    fn first_key(&self) -> Option<&[u8]> {
+    pub(super) fn first_key(&self) -> Option<&[u8]> {
         // EVALSHA, the script's hash, the number of keys, then the keys.
         match self.cmd.args_iter().nth(3)? {
             redis::Arg::Simple(key) => Some(key),
@@ -274,72 +268,6 @@ pub(super) async fn pipelined<T: FromRedisValue>(
         }
         reply => reply,
     }
-}
-
-/// Runs `calls` on a Redis Cluster, one pipeline per node as the slot map says. A call
-/// whose node the map does not know, or that its node did not run (a slot that moved, a
-/// node that failed, a lost script), is sent on its own, which follows `MOVED` and `ASK`
-/// and loads the script; after a pipeline that failed, the map is read again before the
-/// next pipelines.
-async fn per_node<T: FromRedisValue>(
-    conn: &mut ClusterConnection,
-    slots: &Slots,
-    calls: Vec<ScriptCall<'_>>,
-) -> RedisResult<Vec<T>> {
-    let mut by_node: HashMap<&Node, Vec<usize>> = HashMap::new();
-    let map = slots.get(conn).await;
-    if let Ok(map) = &map {
-        for (i, call) in calls.iter().enumerate() {
-            if let Some(node) = call.first_key().and_then(|key| map.node_of(key)) {
-                by_node.entry(node).or_default().push(i);
-            }
-        }
-    }
-    let pipelines = by_node.into_iter().map(|(node, calls_of_node)| {
-        let mut pipe = Pipeline::with_capacity(calls_of_node.len());
-        for &i in &calls_of_node {
-            pipe.add_command(calls[i].cmd.clone());
-        }
-        let route = SingleNodeRoutingInfo::ByAddress {
-            host: node.host.clone(),
-            port: node.port,
-        };
-        let mut conn = conn.clone();
-        async move {
-            let count = calls_of_node.len();
-            let replies = conn.route_pipeline(pipe, 0, count, route).await;
-            (calls_of_node, replies)
-        }
-    });
-    let mut replies: Vec<Option<Value>> = vec![None; calls.len()];
-    let mut stale = false;
-    for (calls_of_node, answered) in join_all(pipelines).await {
-        let Ok(answered) = answered else {
-            stale = true;
-            continue;
-        };
-        for (i, reply) in calls_of_node.into_iter().zip(answered) {
-            match reply {
-                Value::ServerError(_) => stale = true,
-                reply => replies[i] = Some(reply),
-            }
-        }
-    }
-    if stale {
-        slots.forget();
-    }
-    let alone = (0..calls.len()).filter(|&i| replies[i].is_none());
-    let sent_alone = alone.map(|i| {
-        let (call, mut conn) = (&calls[i], conn.clone());
-        async move { (i, call.invoke_async::<Value, _>(&mut conn).await) }
-    });
-    for (i, reply) in join_all(sent_alone).await {
-        replies[i] = Some(reply?);
-    }
-    replies
-        .into_iter()
-        .map(|reply| Ok(T::from_redis_value(reply.unwrap_or(Value::Nil))?))
-        .collect()
 }
 
 /// Where a new fence counter starts, the last argument of every script that draws tokens

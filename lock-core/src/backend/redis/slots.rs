@@ -1,34 +1,40 @@
-//! Which node of a Redis Cluster serves a key, so that renewals go one pipeline per node.
+//! Renewals on a Redis Cluster, one pipeline per node ([`per_node`]), and which node
+//! serves a key.
 //!
 //! redis-rs routes each command by its key, but keeps its slot map to itself. This one is
 //! read with `CLUSTER SLOTS` when first needed and read again after it was found out of
 //! date; a call it sends to the wrong node is sent again on its own, routed by redis-rs.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures_util::future::join_all;
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisResult, Value};
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{FromRedisValue, Pipeline, RedisResult, Value};
+
+use super::scripts::ScriptCall;
 
 /// The number of slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
 
 /// A node of the cluster, as `CLUSTER SLOTS` names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct Node {
-    pub(super) host: String,
-    pub(super) port: u16,
+struct Node {
+    host: String,
+    port: u16,
 }
 
 /// The master serving each range of slots.
 #[derive(Debug, Default)]
-pub(super) struct SlotMap {
+struct SlotMap {
     /// First slot, last slot, master; sorted by first slot.
     ranges: Vec<(u16, u16, Node)>,
 }
 
 impl SlotMap {
     /// The master serving `key`, if the map knows it.
-    pub(super) fn node_of(&self, key: &[u8]) -> Option<&Node> {
+    fn node_of(&self, key: &[u8]) -> Option<&Node> {
         let slot = slot_of(key);
         let i = self.ranges.partition_point(|(first, _, _)| *first <= slot);
         let (_, last, node) = self.ranges.get(i.checked_sub(1)?)?;
@@ -88,7 +94,7 @@ impl Slots {
     }
 
     /// The slot map, read from the cluster if not known.
-    pub(super) async fn get(&self, conn: &mut ClusterConnection) -> RedisResult<Arc<SlotMap>> {
+    async fn get(&self, conn: &mut ClusterConnection) -> RedisResult<Arc<SlotMap>> {
         if let Some(map) = self.map().clone() {
             return Ok(map);
         }
@@ -102,13 +108,80 @@ impl Slots {
     }
 
     /// The map turned out out of date: read it again next time.
-    pub(super) fn forget(&self) {
+    fn forget(&self) {
         *self.map() = None;
     }
 }
 
+/// Runs `calls` on a Redis Cluster, one pipeline per node as the slot map says. A call
+/// whose node the map does not know, or that its node did not run (a slot that moved, a
+/// node that failed, a lost script), is sent on its own, which follows `MOVED` and `ASK`
+/// and loads the script; after a pipeline that failed, the map is read again before the
+/// next pipelines.
+pub(super) async fn per_node<T: FromRedisValue>(
+    conn: &mut ClusterConnection,
+    slots: &Slots,
+    calls: Vec<ScriptCall<'_>>,
+) -> RedisResult<Vec<T>> {
+    let mut by_node: HashMap<&Node, Vec<usize>> = HashMap::new();
+    let map = slots.get(conn).await;
+    if let Ok(map) = &map {
+        for (i, call) in calls.iter().enumerate() {
+            if let Some(node) = call.first_key().and_then(|key| map.node_of(key)) {
+                by_node.entry(node).or_default().push(i);
+            }
+        }
+    }
+    let pipelines = by_node.into_iter().map(|(node, calls_of_node)| {
+        let mut pipe = Pipeline::with_capacity(calls_of_node.len());
+        for &i in &calls_of_node {
+            pipe.add_command(calls[i].cmd.clone());
+        }
+        let route = SingleNodeRoutingInfo::ByAddress {
+            host: node.host.clone(),
+            port: node.port,
+        };
+        let mut conn = conn.clone();
+        async move {
+            let count = calls_of_node.len();
+            let replies = conn.route_pipeline(pipe, 0, count, route).await;
+            (calls_of_node, replies)
+        }
+    });
+    let mut replies: Vec<Option<Value>> = vec![None; calls.len()];
+    let mut stale = false;
+    for (calls_of_node, answered) in join_all(pipelines).await {
+        let Ok(answered) = answered else {
+            stale = true;
+            continue;
+        };
+        for (i, reply) in calls_of_node.into_iter().zip(answered) {
+            match reply {
+                Value::ServerError(_) => stale = true,
+                reply => replies[i] = Some(reply),
+            }
+        }
+    }
+    if stale {
+        slots.forget();
+    }
+    let alone = (0..calls.len()).filter(|&i| replies[i].is_none());
+    let sent_alone = alone.map(|i| {
+        let (call, mut conn) = (&calls[i], conn.clone());
+        async move { (i, call.invoke_async::<Value, _>(&mut conn).await) }
+    });
+    for (i, reply) in join_all(sent_alone).await {
+        replies[i] = Some(reply?);
+    }
+    replies
+        .into_iter()
+        .map(|reply| Ok(T::from_redis_value(reply.unwrap_or(Value::Nil))?))
+        .collect()
+}
+
 /// The slot of `key`: CRC16 of its hash tag (what is between its first `{` and the next
-/// `}`, if that is not empty), or of the whole key.
+/// `}`, if that is not empty), or of the whole key. redis-rs's `Slot::for_key` computes
+/// the same, but does not give out the number that the slot map's ranges are looked up by.
 pub(super) fn slot_of(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % SLOTS
 }
@@ -125,19 +198,25 @@ fn hash_tag(key: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use redis::cluster_routing::Slot;
+
     use super::*;
 
     #[test]
-    fn slots_are_the_clusters() {
-        // From the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(slot_of(b"123456789"), 0x31c3);
+    fn a_locks_keys_share_one_slot() {
+        // From `CLUSTER KEYSLOT`.
         assert_eq!(slot_of(b"foo"), 12182);
-        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
-        assert_eq!(slot_of(b"lock:{k}:fence"), slot_of(b"k"));
-        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
-        assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
-        assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
-        assert_eq!(hash_tag(b"foo{bar"), b"foo{bar");
+        assert_eq!(slot_of(b"lock:{foo}"), 12182);
+        assert_eq!(slot_of(b"lock:{foo}:fence"), 12182);
+    }
+
+    proptest! {
+        /// A key's slot is the one redis-rs routes it by, hash tags and all.
+        #[test]
+        fn slots_are_redis_rs_slots(key in "[{}ab]{0,12}") {
+            prop_assert_eq!(Slot::new(slot_of(key.as_bytes())), Some(Slot::for_key(&key)));
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! `"{pid}:{token}"` for each section running now, and `torture:K:granted` every token a
 //! section ever ran under. The hash `torture:stats` counts the workers' events.
 
-use lock_tests::{HarnessError, RedisServer};
+use lock_tests::{HarnessError, RedisServer, ValueExt};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, RedisResult, Script};
 
@@ -224,7 +224,7 @@ pub(crate) fn forget_process(
     let prefix = format!("{pid}:");
     for key in keys {
         let members = ledger.cmd(&["SMEMBERS", &inside(key)])?;
-        for member in members.as_array().unwrap_or_default() {
+        for member in members.as_sequence().unwrap_or_default() {
             if let Some(member) = member.as_str().filter(|m| m.starts_with(&prefix)) {
                 ledger.cmd(&["SREM", &inside(key), member])?;
             }

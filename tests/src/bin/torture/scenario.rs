@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, ValueExt};
 
 use crate::ledger::{self, Event, KeyTally};
 use crate::options::Options;
@@ -398,7 +398,7 @@ fn leftover_locks(store: &mut Store, lease: Duration) -> Option<usize> {
     };
     thread::sleep(lease);
     let keys = server.cmd(&["KEYS", "*}"]).ok()?;
-    Some(keys.as_array()?.len())
+    Some(keys.as_sequence()?.len())
 }
 
 /// Waits until `key` is written, as it is at the end of every section.
