@@ -240,15 +240,16 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
+pub use backend::redis::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_SAFETY_POLL,
+};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use info::{HolderInfo, LockInfo};
 pub use key::{DEFAULT_MAX_KEY_LEN, KeySegment, LockKey};
 pub use kind::LockKind;
-pub use locker::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_SAFETY_POLL, Locker, LockerBuilder,
-};
+pub use locker::{Locker, LockerBuilder};
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
 pub use semaphore::Semaphore;

@@ -150,4 +150,5 @@ pub(crate) mod redis;
 pub(crate) mod store;
 
 pub use memory::MemoryStore;
+pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};

@@ -21,10 +21,7 @@ use crate::{
 mod builder;
 pub(crate) mod inner;
 
-pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_SAFETY_POLL, LockerBuilder,
-};
+pub use builder::LockerBuilder;
 use inner::Inner;
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
