@@ -565,8 +565,7 @@ impl Store for RedLockStore {
         })
     }
 
-    /// On every master; a majority must answer. See [`agreed`](Self::agreed) for what
-    /// they must agree on.
+    /// On every master; a majority must answer. See `agreed` for what they must agree on.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(async move {
             let answers = self.ask_all(self.patience(), |m| m.seen(key)).await;
