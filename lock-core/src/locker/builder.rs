@@ -294,7 +294,7 @@ impl LockerBuilder {
             Some(d) => self.redis.fence_ttl(d),
             None => self.redis,
         };
-        let store: Arc<dyn Store> = match sole(self.chosen, self.redlock_drift.is_some())? {
+        let store: Arc<dyn Store> = match sole(self.chosen, self.redlock_drift)? {
             Choice::RedLock(urls) => {
                 let masters = urls.iter().map(|url| redis.clone().url(url));
                 let mut redlock = RedLockStore::builder(masters);
@@ -306,9 +306,10 @@ impl LockerBuilder {
             Choice::Url | Choice::Pool | Choice::Sentinel | Choice::Cluster => {
                 Arc::new(redis.build().await?)
             }
-            Choice::InMemory => Arc::new(MemoryStore::with_fence_ttl(options::fence_ttl(
-                self.fence_ttl,
-            )?)),
+            Choice::InMemory => {
+                let fence_ttl = options::fence_ttl(self.fence_ttl)?;
+                Arc::new(MemoryStore::with_fence_ttl(fence_ttl))
+            }
             Choice::Store(store) => store,
         };
         Ok(Locker::on(store, defaults, max_key_len))
@@ -331,8 +332,11 @@ impl LockerBuilder {
 }
 
 /// The one store of `chosen`, or the error a combination that cannot be made has always
-/// given (a url and a pool go together); `drift` is whether a RedLock drift was set.
-fn sole(mut chosen: Vec<Choice>, drift: bool) -> Result<Choice, LockError> {
+/// given (a url and a pool go together); a `redlock_drift` is only for RedLock.
+fn sole(
+    mut chosen: Vec<Choice>,
+    redlock_drift: Option<(f64, Duration)>,
+) -> Result<Choice, LockError> {
     chosen.sort_by_key(Choice::precedence);
     let combined = chosen.len() > 1;
     let refuse = |message: &str| Err(LockError::Config(message.into()));
@@ -347,7 +351,7 @@ fn sole(mut chosen: Vec<Choice>, drift: bool) -> Result<Choice, LockError> {
             "sentinel(..) cannot be combined with url(..), pool(..), redlock(..), in_memory() or store(..)",
         ),
         Some(choice @ Choice::RedLock(_)) => Ok(choice),
-        _ if drift => refuse("redlock_drift(..) applies only to redlock(..)"),
+        _ if redlock_drift.is_some() => refuse("redlock_drift(..) applies only to redlock(..)"),
         Some(Choice::Store(_)) if combined => {
             refuse("store(..) cannot be combined with in_memory(), url(..) or pool(..)")
         }
@@ -358,5 +362,84 @@ fn sole(mut chosen: Vec<Choice>, drift: bool) -> Result<Choice, LockError> {
         None => refuse(
             "no store: call url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..) on the builder",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of the `Config` error that `builder` gives, before it connects.
+    async fn refused(builder: LockerBuilder) -> String {
+        match builder.build().await {
+            Err(LockError::Config(message)) => message,
+            other => panic!("not a config error: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn two_stores_are_refused_as_they_always_were() {
+        let url = "redis://127.0.0.1:1/";
+        let masters = [url, url, url];
+        let memory = || Arc::new(MemoryStore::new());
+        let cases = [
+            (
+                Locker::builder().url(url).redlock(masters),
+                "redlock(..) cannot be combined with url(..), pool(..), sentinel(..), in_memory() or store(..)",
+            ),
+            (
+                Locker::builder().cluster([url]).redlock(masters),
+                "redlock(..) cannot be combined with url(..), pool(..), sentinel(..), in_memory() or store(..)",
+            ),
+            (
+                Locker::builder().cluster([url]).url(url),
+                "cluster(..) cannot be combined with url(..), pool(..), sentinel(..), redlock(..), in_memory() or store(..)",
+            ),
+            (
+                Locker::builder().in_memory().sentinel([url], "m"),
+                "sentinel(..) cannot be combined with url(..), pool(..), redlock(..), in_memory() or store(..)",
+            ),
+            (
+                Locker::builder()
+                    .in_memory()
+                    .redlock_drift(0.01, Duration::ZERO),
+                "redlock_drift(..) applies only to redlock(..)",
+            ),
+            (
+                Locker::builder().store(memory()).in_memory(),
+                "store(..) cannot be combined with in_memory(), url(..) or pool(..)",
+            ),
+            (
+                Locker::builder().url(url).in_memory(),
+                "in_memory() cannot be combined with url(..) or pool(..)",
+            ),
+            (
+                Locker::builder().namespace("billing:"),
+                "no store: call url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..) on the builder",
+            ),
+        ];
+        for (builder, says) in cases {
+            let shown = format!("{builder:?}");
+            assert_eq!(refused(builder).await, says, "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_shorthands_fill_in_the_stores_builders() {
+        let url = "redis://127.0.0.1:1/";
+        let braces = refused(Locker::builder().url(url).namespace("a{b}")).await;
+        assert!(braces.contains("must not contain braces"), "{braces}");
+        let masters = refused(Locker::builder().redlock([url, url])).await;
+        assert!(masters.contains("an odd number of masters"), "{masters}");
+        let drift = Locker::builder()
+            .redlock([url, url, url])
+            .redlock_drift(0.5, Duration::ZERO);
+        let drift = refused(drift).await;
+        assert!(drift.contains("redlock drift must be from 0"), "{drift}");
+        let fence = Locker::builder()
+            .in_memory()
+            .fence_ttl(Duration::from_millis(10));
+        let fence = refused(fence).await;
+        assert!(fence.contains("fence ttl must be at least 1s"), "{fence}");
     }
 }
