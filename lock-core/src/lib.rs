@@ -43,10 +43,11 @@
 //! - **Waiters** are woken by a release, on Redis through one pub/sub connection per
 //!   `Locker`: a release wakes one waiter of the `Locker` that has waited longest (the
 //!   others make no attempt); a jittered poll bounded by the holder's lease
-//!   ([`LockerBuilder::safety_poll`]) is the safety net for a missed wake-up. A release of an exclusive lock that a task of the
+//!   ([`RedisStoreBuilder::safety_poll`](backend::RedisStoreBuilder::safety_poll)) is the
+//!   safety net for a missed wake-up. A release of an exclusive lock that a task of the
 //!   same `Locker` waits for **hands it over** to that task instead, in the same one
 //!   round trip (owner and fencing token set by one script, no message), up to
-//!   [`LockerBuilder::local_handovers`] times in a row.
+//!   [`local_handovers`](backend::RedisStoreBuilder::local_handovers) times in a row.
 //! - A **fair** lock ([`LockKind::Fair`]) serves its waiters first come first served,
 //!   across every process: they queue in the store (`lock:{K}:queue` on Redis), and a
 //!   release hands the lock straight to the next in line and tells that waiter's
@@ -66,6 +67,50 @@
 //!   ever); permits are not re-entrant.
 //! - Dropping a guard, an acquiring future or a `with_lock` future never leaves a lock
 //!   behind: the lock is released in the background at once.
+//!
+//! # Configuring Redis
+//!
+//! Each store owns its settings: a [`RedisStore`](backend::RedisStore) is configured by
+//! its builder (where its server is: a url, a bb8 pool, Sentinel's master or a Cluster;
+//! its namespace, timeouts, fence counter expiry, local hand-overs and safety poll), and
+//! plugged into a `Locker` with [`LockerBuilder::store`]. The `Locker`'s builder keeps
+//! what every store shares: the default lease and wait, and the longest key. Its Redis
+//! methods are shorthands for the store's builder, so these two `Locker`s are alike:
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use lock_core::Locker;
+//! use lock_core::backend::RedisStore;
+//!
+//! let store = RedisStore::builder()
+//!     .url("redis://127.0.0.1:6379/")
+//!     .namespace("billing:lock:")
+//!     .response_timeout(Duration::from_secs(1))
+//!     .build()
+//!     .await?;
+//! let locker = Locker::builder()
+//!     .store(Arc::new(store))
+//!     .default_lease(Duration::from_secs(10))
+//!     .build()
+//!     .await?;
+//!
+//! let same = Locker::builder()
+//!     .url("redis://127.0.0.1:6379/")
+//!     .namespace("billing:lock:")
+//!     .response_timeout(Duration::from_secs(1))
+//!     .default_lease(Duration::from_secs(10))
+//!     .build()
+//!     .await?;
+//! # let _ = (locker, same);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! RedLock is built the same way, by a [`RedLockStore`](backend::RedLockStore)'s builder
+//! over one Redis store builder per master, or by [`LockerBuilder::redlock`].
 //!
 //! # Readers and writers, and semaphores
 //!
@@ -104,6 +149,8 @@
 //! |---|---|
 //! | **key** | What a caller locks, such as `balance:42`; a [`LockKey`] once checked. |
 //! | **store** | Where locks live: Redis, this process's memory, or one of your own; a [`backend::Store`]. |
+//! | **deployment** | Where a Redis store's server is: one server (a url or a bb8 pool), the master Sentinel names, or a Cluster. RedLock holds each lock on a quorum of independent **masters**, each one server. |
+//! | **settings** | How a store is configured, by its own builder ([`backend::RedisStoreBuilder`]); a [`LockerBuilder`] holds only the defaults every store shares, and its Redis methods are **shorthands** for the store's builder. |
 //! | **store key** | A store's own name for a lock: on Redis `lock:{balance:42}`, with `lock:{balance:42}:fence` and others beside it. |
 //! | **kind** | What a hold allows others meanwhile: exclusive, fair, read, write, semaphore ([`LockKind`]). |
 //! | **token** | The random id of one acquisition (its owner token): only it releases, extends or renews the hold. |
@@ -136,10 +183,13 @@
 //!   [`backend`]): take a hold, waiting until a deadline; release it; renew leases;
 //!   say whether a hold is still its owner's. Each store says which [`LockKind`]s it
 //!   has; asking for another is [`LockError::Unsupported`].
-//! - The stores: `backend/redis/` (one file per concern: connection, scripts, keys, the
-//!   pub/sub hub, each lock kind, and the hand-over optimisations; `redlock.rs` holds a
-//!   lock on a quorum of independent masters, [`Locker::redlock`]) and
-//!   `backend/memory.rs` ([`backend::MemoryStore`]).
+//! - The stores: `backend/redis/` (one file per concern: its settings in `builder.rs`,
+//!   the deployment, connection, scripts, keys, the pub/sub hub, each lock kind, and the
+//!   hand-over optimisations; `redlock.rs` holds a lock on a quorum of independent
+//!   masters, [`backend::RedLockStore`], configured in `redlock/builder.rs`) and
+//!   `backend/memory.rs` ([`backend::MemoryStore`]). [`LockerBuilder`]
+//!   (`locker/builder.rs`) holds the defaults every store shares, and shorthands that
+//!   fill in a store's builder.
 //! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
 //!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
 //!   (`mod.rs`). A store that waits on the server side (a blocking `GET_LOCK`, a
@@ -243,15 +293,16 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
+pub use backend::redis::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_SAFETY_POLL,
+};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use info::{HolderInfo, LockInfo};
 pub use key::{DEFAULT_MAX_KEY_LEN, KeySegment, LockKey};
 pub use kind::LockKind;
-pub use locker::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_SAFETY_POLL, Locker, LockerBuilder,
-};
+pub use locker::{Locker, LockerBuilder};
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
 pub use semaphore::Semaphore;

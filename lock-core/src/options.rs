@@ -161,6 +161,18 @@ pub(crate) fn check_permits(permits: u32) -> Result<(), LockError> {
     Ok(())
 }
 
+/// The fence counter expiry given to a store (Redis or memory), or the default; at least a
+/// second.
+pub(crate) fn fence_ttl(given: Option<Duration>) -> Result<Duration, LockError> {
+    let fence_ttl = given.unwrap_or(DEFAULT_FENCE_TTL);
+    if fence_ttl < Duration::from_secs(1) {
+        return Err(LockError::Config(format!(
+            "fence ttl must be at least 1s, got {fence_ttl:?}"
+        )));
+    }
+    Ok(fence_ttl)
+}
+
 /// A Locker's defaults.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Defaults {

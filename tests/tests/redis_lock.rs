@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{LockGuard, LockKind, LockOptions, Locker};
+use lock_core::backend::RedisStore;
+use lock_core::{LockError, LockGuard, LockKind, LockOptions, Locker};
 use lock_tests::{RedisServer, ValueExt, eventually};
 use tokio::time::{Instant, timeout};
 
@@ -479,6 +480,105 @@ async fn invalid_keys_are_refused_before_any_io() {
         assert!(err.is_invalid_key(), "{key:?}: {err}");
     }
     assert_eq!(evalsha_calls(&server), before);
+}
+
+/// A store built by `RedisStore::builder()` and plugged in with `store(..)` keeps its
+/// locks where the shorthands of `LockerBuilder` with the same settings do.
+#[tokio::test]
+async fn a_redis_store_from_its_own_builder_plugs_into_a_locker() {
+    let server = RedisServer::spawn();
+    let store = RedisStore::builder()
+        .url(&server.url())
+        .namespace("billing:")
+        .safety_poll(2 * SEC)
+        .build()
+        .await
+        .expect("connect to the test server");
+    let locker = Locker::builder()
+        .store(Arc::new(store))
+        .default_wait(SEC)
+        .build()
+        .await
+        .unwrap();
+    let shorthand = Locker::builder()
+        .url(&server.url())
+        .namespace("billing:")
+        .build()
+        .await
+        .unwrap();
+
+    let guard = locker.lock("balance:42").await.unwrap();
+    let key = "billing:{balance:42}";
+    assert_eq!(server.cmd(&["EXISTS", key]).unwrap().as_int(), Some(1));
+    assert!(
+        !exists(&server, "balance:42"),
+        "the namespace was not applied"
+    );
+    let elsewhere = shorthand.try_lock("balance:42").await.unwrap();
+    assert!(elsewhere.is_none(), "two holders");
+    guard.release().await.unwrap();
+    assert_eq!(server.cmd(&["EXISTS", key]).unwrap().as_int(), Some(0));
+    assert!(shorthand.try_lock("balance:42").await.unwrap().is_some());
+}
+
+/// A setting out of range on the store's builder is `LockError::Config`, saying which,
+/// before anything is connected to.
+#[tokio::test]
+async fn a_bad_setting_on_the_redis_store_builder_is_a_config_error() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let on_server = || RedisStore::builder().url(&url);
+    let cases = [
+        (on_server().namespace("a{b}"), "must not contain braces"),
+        (on_server().safety_poll(5 * SEC), "safety poll must be from"),
+        (
+            on_server().response_timeout(Duration::ZERO),
+            "response timeout",
+        ),
+        (
+            on_server().fence_ttl(Duration::from_millis(10)),
+            "fence ttl must be at least 1s",
+        ),
+        (
+            RedisStore::builder().url("redis://127.0.0.1:notaport"),
+            "invalid redis url",
+        ),
+        (
+            RedisStore::builder().sentinel(Vec::<String>::new(), "m"),
+            "sentinel needs at least one url",
+        ),
+        (
+            RedisStore::builder().cluster(Vec::<String>::new()),
+            "cluster needs at least one seed url",
+        ),
+        (
+            RedisStore::builder().namespace("billing:"),
+            "no redis server",
+        ),
+    ];
+    for (builder, says) in cases {
+        let shown = format!("{builder:?}");
+        match builder.build().await {
+            Err(LockError::Config(message)) => {
+                assert!(message.contains(says), "{shown}: {message}");
+            }
+            other => panic!("{shown}: {other:?}"),
+        }
+    }
+    let scripts_loaded = || server.calls("script|load");
+    assert_eq!(
+        scripts_loaded(),
+        0,
+        "a refused store connected to the server"
+    );
+    on_server()
+        .build()
+        .await
+        .expect("the same url, with good settings");
+    assert!(
+        scripts_loaded() > 0,
+        "a store that connects loads its scripts"
+    );
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, ValueExt, eventually};
 use tokio::time::{Instant, sleep, timeout};
@@ -325,4 +326,78 @@ async fn a_semaphore_needs_a_larger_quorum() {
     locker.lock("k").await.unwrap().release().await.unwrap();
     masters[0].resume();
     masters[1].resume();
+}
+
+/// RedLock built by its own builder, one `RedisStoreBuilder` per master, and plugged in
+/// with `store(..)`: each master keeps the lock under the namespace its builder gave.
+#[tokio::test]
+async fn a_redlock_store_from_its_own_builder_plugs_into_a_locker() {
+    let masters = RedisServer::spawn_many(3);
+    let settings = RedisStore::builder().namespace("billing:");
+    let store = RedLockStore::builder(masters.iter().map(|m| settings.clone().url(&m.url())))
+        .drift(0.02, Duration::from_millis(5))
+        .build()
+        .await
+        .expect("connect to the test masters");
+    let locker = Locker::builder()
+        .store(Arc::new(store))
+        .default_lease(LEASE)
+        .build()
+        .await
+        .unwrap();
+
+    let guard = locker.lock("k").await.unwrap();
+    for master in &masters {
+        let held = master.cmd(&["GET", "billing:{k}"]).unwrap();
+        assert!(held.as_str().is_some(), "not held on a master");
+    }
+    let left = guard.lease_left().unwrap();
+    let at_most = LEASE - LEASE.mul_f64(0.02) - Duration::from_millis(5);
+    assert!(
+        left <= at_most,
+        "the drift was not taken off: {left:?} left"
+    );
+    guard.release().await.unwrap();
+}
+
+/// The RedLock builder's own checks: an odd number of masters, at least 3; a drift under
+/// half the lease; each master one server.
+#[tokio::test]
+async fn a_bad_setting_on_the_redlock_store_builder_is_a_config_error() {
+    let masters = RedisServer::spawn_many(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let on = |urls: &[String]| {
+        RedLockStore::builder(urls.iter().map(|url| RedisStore::builder().url(url)))
+    };
+    let one_a_cluster = urls[..2]
+        .iter()
+        .map(|url| RedisStore::builder().url(url))
+        .chain([RedisStore::builder().cluster([&urls[2]])]);
+    let cases = [
+        (
+            on(&urls[..2]),
+            "an odd number of masters, at least 3; got 2",
+        ),
+        (
+            on(&urls[..1]),
+            "an odd number of masters, at least 3; got 1",
+        ),
+        (
+            on(&urls).drift(0.5, Duration::ZERO),
+            "redlock drift must be from 0",
+        ),
+        (
+            RedLockStore::builder(one_a_cluster),
+            "a redlock master is one server",
+        ),
+    ];
+    for (builder, says) in cases {
+        let shown = format!("{builder:?}");
+        match builder.build().await {
+            Err(LockError::Config(message)) => {
+                assert!(message.contains(says), "{shown}: {message}");
+            }
+            other => panic!("{shown}: {other:?}"),
+        }
+    }
 }

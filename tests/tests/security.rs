@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, Locker};
 use lock_tests::{RedisServer, ValueExt};
 
@@ -92,6 +93,10 @@ async fn passwords_of_unreachable_or_invalid_urls_never_show() {
 
     let builder = Locker::builder().url(&unreachable);
     assert!(!format!("{builder:?}").contains("pw-closed"), "{builder:?}");
+    let store = RedisStore::builder().url(&unreachable);
+    assert!(!format!("{store:?}").contains("pw-closed"), "{store:?}");
+    let redlock = RedLockStore::builder([store.clone(), store.clone(), store]);
+    assert!(!format!("{redlock:?}").contains("pw-closed"), "{redlock:?}");
 }
 
 /// Locks on a server that needs a password, and a waiter woken by a release: the pub/sub
@@ -115,6 +120,8 @@ async fn a_server_with_requirepass_is_reached_with_its_password() {
     let url = url_with(&server, "", PASSWORD);
     let (locker, other) = (connect(&url).await, connect(&url).await);
     assert!(!format!("{locker:?}").contains(PASSWORD), "{locker:?}");
+    let store = RedisStore::builder().url(&url).build().await.unwrap();
+    assert!(!format!("{store:?}").contains(PASSWORD), "{store:?}");
     locks_and_wake_ups_work(&locker, &other).await;
 }
 

@@ -1,8 +1,11 @@
 //! The store contract: where locks live, behind one trait.
 //!
-//! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis
-//! ([`Locker::connect`](crate::Locker::connect)), this process's memory ([`MemoryStore`]),
+//! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis ([`RedisStore`], or
+//! [`RedLockStore`] over independent masters), this process's memory ([`MemoryStore`]),
 //! or one of your own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+//! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
+//! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
+//! [`Locker::connect`](crate::Locker::connect)) are shorthands for it.
 //! The `Locker` does everything that is the same for every store (checking keys, options
 //! and kinds, reentrancy, guards, the watchdog that renews leases, releasing dropped
 //! guards, bounding every call by its wait); the store takes, keeps and gives back holds.
@@ -167,4 +170,5 @@ pub(crate) mod redis;
 pub(crate) mod store;
 
 pub use memory::MemoryStore;
+pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};

@@ -21,10 +21,7 @@ use crate::{
 mod builder;
 pub(crate) mod inner;
 
-pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_SAFETY_POLL, LockerBuilder,
-};
+pub use builder::LockerBuilder;
 use inner::Inner;
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
@@ -92,7 +89,10 @@ impl fmt::Debug for Locker {
 impl Locker {
     /// Connects to the Redis at `url` (`redis://[user:password@]host[:port][/db]`) with the
     /// default settings. Fails within the connect timeout when the server cannot be
-    /// reached, naming the address (never the password) and the cause.
+    /// reached, naming the address (never the password) and the cause. Shorthand for a
+    /// [`RedisStore`](crate::backend::RedisStore) from its builder's
+    /// [`url`](crate::backend::RedisStoreBuilder::url), plugged in with
+    /// [`LockerBuilder::store`].
     pub async fn connect(url: &str) -> Result<Locker, LockError> {
         Self::builder().url(url).build().await
     }
@@ -110,6 +110,10 @@ impl Locker {
     ///
     /// What a cluster does not give: its replication is asynchronous, so a failover of a
     /// master can lose a lock just taken there, as on [Sentinel](Self::sentinel).
+    ///
+    /// Shorthand for a [`RedisStore`](crate::backend::RedisStore) from its builder's
+    /// [`cluster`](crate::backend::RedisStoreBuilder::cluster), plugged in with
+    /// [`LockerBuilder::store`].
     pub async fn cluster<I, S>(seed_urls: I) -> Result<Locker, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -135,6 +139,10 @@ impl Locker {
     /// lose a lock that was just taken, and let a second holder in while the first still
     /// believes it holds it (its renewals then fail, and [`LockGuard::lost`] fires).
     /// Check the fencing token where the data lives.
+    ///
+    /// Shorthand for a [`RedisStore`](crate::backend::RedisStore) from its builder's
+    /// [`sentinel`](crate::backend::RedisStoreBuilder::sentinel), plugged in with
+    /// [`LockerBuilder::store`].
     pub async fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Locker, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -168,6 +176,10 @@ impl Locker {
     /// increasing as long as no master loses its data (a master restarted without
     /// persistence can repeat tokens, and can let two holders in at once, as Martin
     /// Kleppmann's analysis of RedLock points out). Check the token where the data lives.
+    ///
+    /// Shorthand for a [`RedLockStore`](crate::backend::RedLockStore) from its
+    /// [builder](crate::backend::RedLockStoreBuilder), plugged in with
+    /// [`LockerBuilder::store`].
     pub async fn redlock<I, S>(master_urls: I) -> Result<Locker, LockError>
     where
         I: IntoIterator<Item = S>,

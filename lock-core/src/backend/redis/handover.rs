@@ -9,9 +9,9 @@
 //! - **Local hand-over.** A release of an exclusive lock that a task of the same `Locker`
 //!   waits for hands it to the longest-waiting such task: one script sets that task's
 //!   token and draws its fencing token, and no message is sent. After
-//!   [`LockerBuilder::local_handovers`](crate::LockerBuilder::local_handovers) hand-overs in
-//!   a row the release frees the lock and wakes the next process, so that waiters
-//!   elsewhere get their turn.
+//!   [`local_handovers`](super::RedisStoreBuilder::local_handovers) hand-overs in a row
+//!   the release frees the lock and wakes the next process, so that waiters elsewhere get
+//!   their turn.
 
 use std::sync::Arc;
 

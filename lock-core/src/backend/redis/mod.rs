@@ -1,5 +1,8 @@
 //! The Redis store: locks on a single Redis node, and over N independent ones (RedLock).
 //!
+//! - [`builder`]: every setting of a Redis store, checked before it connects;
+//! - [`deployment`]: where the server is (a url, a pool, Sentinel's master, a Cluster),
+//!   and what each connection is opened to there;
 //! - [`keys`]: where a lock lives (its store keys and wake-up channels);
 //! - [`connection`]: the one multiplexed connection every call shares;
 //! - [`scripts`]: the Lua scripts and the one place they run from;
@@ -12,17 +15,18 @@
 //!   node;
 //! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
 //!   [`subscriber`]: to one server, or sharded over a Redis Cluster;
-//! - [`redlock`]: one lock over N independent masters, each a store of this kind.
+//! - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
+//!   builder.
 //!
 //! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
 //! attempts, and the hub wakes its waiters.
 
+use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bb8_redis::RedisConnectionManager;
 use redis::FromRedisValue;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -34,7 +38,9 @@ use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
+mod builder;
 mod connection;
+mod deployment;
 mod exclusive;
 mod fair;
 mod handover;
@@ -49,13 +55,17 @@ mod shared;
 mod slots;
 mod subscriber;
 
-use connection::{Conn, Connection, Endpoint, Source};
-pub(crate) use connection::{Timeouts, redact};
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_SAFETY_POLL, RedisStoreBuilder,
+};
+pub(crate) use connection::redact;
+use connection::{Conn, Connection, Timeouts};
+use deployment::Deployment;
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
-pub(crate) use redlock::{Drift, RedLockStore};
-use scripts::{FenceSeed, Publish, ScriptCall, Scripts, Seen, Sent};
-pub(crate) use sentinel::Sentinels;
+pub use redlock::{RedLockStore, RedLockStoreBuilder};
+use scripts::{FenceSeed, ScriptCall, Scripts, Seen, Sent};
 
 /// How an attempt asks a server: where a new fence counter starts, and what becomes of
 /// a call cut short before its reply.
@@ -95,44 +105,58 @@ const PLACE_IN_LINE: Duration = Duration::from_secs(5);
 /// which must outlast every place in it.
 const WAITING_LOCKER: Duration = Duration::from_secs(PLACE_IN_LINE.as_secs() * 2);
 
-/// Everything needed to open connections, from the builder.
+/// A Redis store's settings, checked by its builder: everything needed to open its
+/// connections.
 #[derive(Debug)]
-pub(crate) struct RedisConfig {
-    /// The server's url: for the commands' connection unless a pool is given, and for
-    /// the pub/sub connection that wakes waiters (without it, or sentinels, waiters
-    /// poll).
-    pub(crate) client: Option<redis::Client>,
-    /// A pool whose manager opens the commands' connection.
-    pub(crate) pool: Option<bb8::Pool<RedisConnectionManager>>,
-    /// The sentinels whose master serves both connections (instead of a url or a pool).
-    pub(crate) sentinel: Option<Arc<Sentinels>>,
-    /// A Redis Cluster's seed nodes (instead of a url, a pool or sentinels).
-    pub(crate) cluster: Option<ClusterSeeds>,
-    /// Where the server is, for messages.
-    pub(crate) address: String,
-    pub(crate) namespace: String,
-    pub(crate) fence_ttl: Duration,
-    pub(crate) timeouts: Timeouts,
+struct RedisConfig {
+    deployment: Deployment,
+    namespace: String,
+    fence_ttl: Duration,
+    timeouts: Timeouts,
     /// How many releases of an exclusive lock in a row may hand it to a local waiter.
-    pub(crate) local_handovers: u32,
+    local_handovers: u32,
     /// How long a waiter with wake-ups waits before trying again anyway.
-    pub(crate) safety_poll: Duration,
+    safety_poll: Duration,
 }
 
-/// A Redis Cluster to connect to: the client for commands, and its seed nodes for the
-/// pub/sub connection.
-#[derive(Debug)]
-pub(crate) struct ClusterSeeds {
-    pub(crate) client: redis::cluster::ClusterClient,
-    pub(crate) nodes: Vec<redis::ConnectionInfo>,
-}
+/// Locks in one Redis deployment: a single server, the master that Redis Sentinels name,
+/// or a Redis Cluster. Configured and connected by its [builder](RedisStoreBuilder), and
+/// plugged into a [`Locker`](crate::Locker) with
+/// [`LockerBuilder::store`](crate::LockerBuilder::store); the Redis methods of
+/// [`LockerBuilder`](crate::LockerBuilder) are shorthands for the same.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lock_core::Locker;
+/// use lock_core::backend::RedisStore;
+///
+/// let store = RedisStore::builder()
+///     .url("redis://127.0.0.1:6379/")
+///     .namespace("billing:lock:")
+///     .build()
+///     .await?;
+/// let locker = Locker::builder()
+///     .store(Arc::new(store))
+///     .default_lease(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// let guard = locker.lock("balance:42").await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Cheap to clone (an `Arc` inside), so background work can own one.
+#[derive(Clone)]
+pub struct RedisStore(Arc<Inner>);
 
-/// Locks in one Redis. Cheap to clone (an `Arc` inside), so background work can own one.
-#[derive(Debug, Clone)]
-pub(crate) struct RedisStore(Arc<Inner>);
-
+/// What the clones of a [`RedisStore`] share. Public only because its `Deref` names it:
+/// nothing of it is.
 #[derive(Debug)]
-pub(crate) struct Inner {
+pub struct Inner {
     connection: Connection,
     scripts: Scripts,
     namespace: String,
@@ -148,6 +172,8 @@ pub(crate) struct Inner {
     background: TaskTracker,
 }
 
+/// For the store's own code, not an API.
+#[doc(hidden)]
 impl Deref for RedisStore {
     type Target = Inner;
 
@@ -156,59 +182,38 @@ impl Deref for RedisStore {
     }
 }
 
+/// Where its server is, never with a password.
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("address", &self.connection.address())
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RedisStore {
     /// Opens the commands' connection (within the connect timeout) and loads the scripts,
     /// so that a wrong address or password fails here, with the address and the cause.
-    pub(crate) async fn connect(config: RedisConfig) -> Result<Self, LockError> {
-        let store = Self::new(config, Arc::default())?;
+    async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        let store = Self::new(config, Arc::default());
         store.ready().await?;
         Ok(store)
     }
 
     /// A store on the server of `config`, whose hub wakes the waiters of `lines`; no
     /// connection is opened yet.
-    pub(super) fn new(
-        config: RedisConfig,
-        lines: Arc<Lines<Listening>>,
-    ) -> Result<Self, LockError> {
+    fn new(config: RedisConfig, lines: Arc<Lines<Listening>>) -> Self {
         let RedisConfig {
-            client,
-            pool,
-            sentinel,
-            cluster,
-            address,
+            deployment,
             namespace,
             fence_ttl,
             timeouts,
             local_handovers,
             safety_poll,
         } = config;
-        let publish = if cluster.is_some() {
-            Publish::Sharded
-        } else {
-            Publish::Plain
-        };
-        let (source, endpoint) = match (pool, client, sentinel, cluster) {
-            (Some(pool), client, _, _) => (
-                Source::Pool(pool),
-                client.map(|c| Endpoint::Client(Box::new(c))),
-            ),
-            (None, Some(client), _, _) => (
-                Source::Client(Box::new(client.clone())),
-                Some(Endpoint::Client(Box::new(client))),
-            ),
-            (None, None, Some(sentinels), _) => (
-                Source::Sentinel(sentinels.clone()),
-                Some(Endpoint::Sentinel(sentinels)),
-            ),
-            (None, None, None, Some(seeds)) => (
-                Source::Cluster(Box::new(seeds.client)),
-                Some(Endpoint::Cluster(seeds.nodes.into())),
-            ),
-            (None, None, None, None) => {
-                return Err(LockError::Config("no redis url or pool".into()));
-            }
-        };
+        let (address, publish) = (deployment.address(), deployment.publish());
+        let (source, endpoint) = deployment.connections();
         let connection = Connection::new(source, address, timeouts);
         let channels = Channels::new();
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
@@ -239,7 +244,7 @@ impl RedisStore {
                 background: TaskTracker::new(),
             }
         });
-        Ok(RedisStore(inner))
+        RedisStore(inner)
     }
 
     /// Opens the commands' connection and loads the scripts, within the connect timeout.

@@ -48,22 +48,26 @@ use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left};
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
+mod builder;
+
+pub use builder::RedLockStoreBuilder;
+
 /// The share of the lease each master gets to answer an attempt or a renewal.
 const PER_MASTER: u32 = 20;
 
 /// How much the clocks of this process and of the masters may drift apart during a
 /// lease: it is taken off every lease's validity.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Drift {
+struct Drift {
     /// The share of the lease.
-    pub(crate) per_lease: f64,
+    per_lease: f64,
     /// And a fixed allowance on top.
-    pub(crate) fixed: Duration,
+    fixed: Duration,
 }
 
 impl Drift {
     /// The default: 1% of the lease, plus 2 ms.
-    pub(crate) const DEFAULT: Drift = Drift {
+    const DEFAULT: Drift = Drift {
         per_lease: 0.01,
         fixed: Duration::from_millis(2),
     };
@@ -73,9 +77,31 @@ impl Drift {
     }
 }
 
-/// Locks over N independent Redis masters.
+/// Locks over N independent Redis masters (RedLock): each lock is held while a quorum of
+/// them hold it (see [`Locker::redlock`](crate::Locker::redlock) for what that gives).
+/// Configured and connected by its [builder](RedLockStoreBuilder), over a
+/// [`RedisStoreBuilder`](super::RedisStoreBuilder) for each master, and plugged into a
+/// [`Locker`](crate::Locker) with [`LockerBuilder::store`](crate::LockerBuilder::store);
+/// [`LockerBuilder::redlock`](crate::LockerBuilder::redlock) is a shorthand for the same.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::sync::Arc;
+/// use lock_core::Locker;
+/// use lock_core::backend::{RedLockStore, RedisStore};
+///
+/// let masters = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+///     .map(|url| RedisStore::builder().url(url).namespace("billing:lock:"));
+/// let store = RedLockStore::builder(masters).build().await?;
+/// let locker = Locker::builder().store(Arc::new(store)).build().await?;
+/// let guard = locker.lock("balance:42").await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
-pub(crate) struct RedLockStore {
+pub struct RedLockStore {
     masters: Vec<RedisStore>,
     /// The waiters of this `Locker`, which every master's hub wakes.
     lines: Arc<Lines<Listening>>,
@@ -87,16 +113,13 @@ impl RedLockStore {
     /// Opens a store on each master of `configs` and connects to them all at once;
     /// fails unless a majority answer within the connect timeout. The others are
     /// connected to when they come back.
-    pub(crate) async fn connect(
-        configs: Vec<RedisConfig>,
-        drift: Drift,
-    ) -> Result<Self, LockError> {
+    async fn connect(configs: Vec<RedisConfig>, drift: Drift) -> Result<Self, LockError> {
         let lines: Arc<Lines<Listening>> = Arc::default();
         let safety_poll = configs.first().map_or(Duration::ZERO, |c| c.safety_poll);
-        let masters = configs
+        let masters: Vec<RedisStore> = configs
             .into_iter()
             .map(|config| RedisStore::new(config, lines.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect();
         let answers = join_all(masters.iter().map(RedisStore::ready)).await;
         let answered = answers.iter().filter(|a| a.is_ok()).count();
         let needed = majority(masters.len());
@@ -542,8 +565,7 @@ impl Store for RedLockStore {
         })
     }
 
-    /// On every master; a majority must answer. See [`agreed`](Self::agreed) for what
-    /// they must agree on.
+    /// On every master; a majority must answer. See `agreed` for what they must agree on.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(async move {
             let answers = self.ask_all(self.patience(), |m| m.seen(key)).await;
