@@ -13,8 +13,16 @@ use crate::key::{KeyExtractor, KeyTemplate, TemplateError};
 use crate::rejection::LockRejection;
 use crate::service::LockService;
 
-/// How long a request waits for its lock unless [`LockLayer::wait`] says otherwise.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+/// How long a request waits for its lock unless [`LockLayer::wait`] says otherwise: shorter
+/// than a `Locker`'s default wait ([`lock_core::DEFAULT_WAIT`]), since a client waits on
+/// the request.
+pub const DEFAULT_REQUEST_WAIT: Duration = Duration::from_secs(5);
+
+/// The old name of [`DEFAULT_REQUEST_WAIT`]. lock-core's
+/// [`DEFAULT_WAIT`](lock_core::DEFAULT_WAIT), a `Locker`'s default wait, has the same name
+/// for another thing.
+#[deprecated(note = "use DEFAULT_REQUEST_WAIT: lock_core::DEFAULT_WAIT is a Locker's default wait")]
+pub const DEFAULT_WAIT: Duration = DEFAULT_REQUEST_WAIT;
 
 type ErrorHandler = Arc<dyn Fn(LockRejection) -> Response + Send + Sync>;
 
@@ -94,7 +102,7 @@ impl fmt::Debug for Config {
 ///
 /// Defaults: POST, PUT, PATCH and DELETE lock (every method, for a read-write layer;
 /// other methods pass through unlocked), a
-/// request waits up to 5 s ([`DEFAULT_WAIT`]), then gets `423 Locked` with `Retry-After`;
+/// request waits up to 5 s ([`DEFAULT_REQUEST_WAIT`]), then gets `423 Locked` with `Retry-After`;
 /// the lease is the [`Locker`]'s default, renewed by lock-core's watchdog while the
 /// request runs; the lock is released as soon as the handler's response is produced.
 ///
@@ -200,7 +208,7 @@ impl LockLayer {
             config: Arc::new(Config {
                 locker,
                 extractor: Arc::new(extractor),
-                wait: DEFAULT_WAIT,
+                wait: DEFAULT_REQUEST_WAIT,
                 lease: None,
                 contended: StatusCode::LOCKED,
                 methods: vec![Method::POST, Method::PUT, Method::PATCH, Method::DELETE],

@@ -124,6 +124,8 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use key::{KeyExtractor, KeyFn, KeyTemplate, PathParams, TemplateError, key_fn};
-pub use layer::{DEFAULT_WAIT, LockLayer};
+#[allow(deprecated, reason = "the old name keeps working")]
+pub use layer::DEFAULT_WAIT;
+pub use layer::{DEFAULT_REQUEST_WAIT, LockLayer};
 pub use rejection::LockRejection;
 pub use service::{HeldLock, LockService};
