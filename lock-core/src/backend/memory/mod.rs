@@ -2,6 +2,7 @@
 //!
 //! [`MemoryStore`] and what it does with a lock are here; the rest is split by concern:
 //!
+//! - `admission.rs`: the one rule that says whether a caller goes in, for every kind;
 //! - `state.rs`: what is kept of each lock (its holders, fair line, waiting writers and
 //!   stored count), and how it changes;
 //! - `fence.rs`: the fence counter each holder draws its fencing token from;
@@ -9,6 +10,7 @@
 //! - `session.rs`: how holds end (with a lease, or with a session), and the session
 //!   handles.
 
+mod admission;
 mod fence;
 mod session;
 mod state;
@@ -20,11 +22,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::session::{Ends, Term, Terms};
-use self::state::{Entry, HandedOver, Holder, State};
+use self::session::{Ends, Terms};
+use self::state::{Entry, Holder, State};
 use self::wake::Wake;
 use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::kind::Sharing;
 use crate::options::DEFAULT_FENCE_TTL;
 use crate::semaphore::miscounted;
 use crate::wait::handover::Handover;
@@ -122,10 +123,10 @@ impl MemoryStore {
         self.locks.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One attempt at `request`; a caller that waits (`waits_for` not zero) queues if the
-    /// lock is held (a fair one in line, a writer among the waiting writers).
+    /// One attempt at `request`, as the admission rule decides; a caller that waits
+    /// (`waits_for` not zero) and does not go in queues (a fair one in line, a writer
+    /// among the waiting writers).
     fn try_acquire(&self, request: &Acquire, waits_for: Duration) -> Result<Attempt, LockError> {
-        let waits = !waits_for.is_zero();
         let (key, token) = (request.key.shared(), &*request.token);
         let term = self.term(request.lease);
         let now = Instant::now();
@@ -134,6 +135,7 @@ impl MemoryStore {
             us: self.clock_us(now),
         };
         let fence_ttl = self.locks.fence_ttl;
+        let fair = request.kind == LockKind::Fair;
         let mut wake = Wake::Nobody;
         let attempt = {
             let mut state = self.state();
@@ -143,119 +145,39 @@ impl MemoryStore {
                 .entry(key.clone())
                 .or_insert_with(|| Entry::new(now));
             entry.prune(now);
-            let held = |entry: &Entry| Attempt::Held {
-                ttl: entry.longest_lease(now),
-                clock: None,
-            };
-            let take = |entry: &mut Entry| {
-                let fence = entry.take(token, request.kind, &term, now, fence_ttl);
-                let until = entry.holder(token, now).map_or(now, |h| h.until(now));
-                Attempt::Acquired { fence, until }
-            };
-            match request.kind {
-                LockKind::Exclusive if entry.holders.is_empty() => take(entry),
-                LockKind::Exclusive => held(entry),
-                LockKind::Fair => {
-                    let (attempt, handed) =
-                        Self::try_fair(entry, token, &term, waits, clock, fence_ttl);
-                    if let Some(handed) = handed {
+            if let LockKind::Semaphore { permits } = request.kind {
+                let count = *entry.permits.get_or_insert(permits);
+                if count != permits {
+                    return Err(miscounted(&request.key, count, permits));
+                }
+            }
+            let handed_over = if fair { entry.holder(token, now) } else { None };
+            if let Some(own) = handed_over {
+                // Handed over to this waiter before it saw the hand-over.
+                own.acquired(now)
+            } else if admission::admits(entry, request) {
+                entry.stop_waiting(request);
+                entry
+                    .take(token, request.kind, &term, now, fence_ttl)
+                    .acquired(now)
+            } else {
+                if fair && entry.holders.is_empty() {
+                    // Free, with someone ahead of the caller: it is theirs.
+                    if let Some(handed) = entry.hand_over(now, fence_ttl, clock.us) {
                         wake = Wake::HandedOver(handed);
                     }
-                    attempt
                 }
-                LockKind::Read => {
-                    if entry.held_otherwise(Sharing::Read)
-                        || entry.writer_waiting_since(request.since)
-                    {
-                        held(entry)
-                    } else {
-                        take(entry)
-                    }
+                if !waits_for.is_zero() {
+                    entry.wait(request, &term);
                 }
-                LockKind::Write => {
-                    if entry.holders.is_empty() {
-                        entry.stop_waiting_to_write(token);
-                        take(entry)
-                    } else {
-                        if waits {
-                            entry.wait_to_write(token, request.since);
-                        }
-                        held(entry)
-                    }
-                }
-                LockKind::Semaphore { permits } => {
-                    let count = *entry.permits.get_or_insert(permits);
-                    if count != permits {
-                        return Err(miscounted(&request.key, count, permits));
-                    }
-                    let taken = u32::try_from(entry.holders.len()).unwrap_or(u32::MAX);
-                    if entry.held_otherwise(Sharing::Permit) || taken >= count {
-                        held(entry)
-                    } else {
-                        take(entry)
-                    }
+                Attempt::Held {
+                    ttl: entry.longest_lease(now),
+                    clock: fair.then_some(clock),
                 }
             }
         };
         self.announce(key, wake);
         Ok(attempt)
-    }
-
-    /// One attempt at a fair lock on `entry`: the attempt, and a hand-over to the first
-    /// in line that a free lock makes.
-    fn try_fair(
-        entry: &mut Entry,
-        token: &str,
-        term: &Term,
-        waits: bool,
-        clock: StoreClock,
-        fence_ttl: Duration,
-    ) -> (Attempt, Option<HandedOver>) {
-        let now = clock.sent_at;
-        if let Some(own) = entry.holder(token, now) {
-            // Handed over to this waiter before it saw the hand-over.
-            let attempt = Attempt::Acquired {
-                fence: own.fence,
-                until: own.until(now),
-            };
-            return (attempt, None);
-        }
-        if !entry.holders.is_empty() {
-            if waits {
-                entry.queue(token, term);
-            }
-            let attempt = Attempt::Held {
-                ttl: entry.longest_lease(now),
-                clock: Some(clock),
-            };
-            return (attempt, None);
-        }
-        match entry.line.front() {
-            Some(first) if &*first.token != token => {
-                // Free, with someone ahead of the caller: it is theirs.
-                let first_lease = match first.term {
-                    Term::Lease(lease) => Some(lease),
-                    Term::Session(_) => None,
-                };
-                let handed = entry.hand_over(now, fence_ttl, clock.us);
-                if waits {
-                    entry.queue(token, term);
-                }
-                let attempt = Attempt::Held {
-                    ttl: first_lease,
-                    clock: Some(clock),
-                };
-                (attempt, handed)
-            }
-            first => {
-                if first.is_some() {
-                    entry.line.pop_front();
-                }
-                let fence = entry.take(token, LockKind::Fair, term, now, fence_ttl);
-                let until = entry.holder(token, now).map_or(now, |h| h.until(now));
-                (Attempt::Acquired { fence, until }, None)
-            }
-        }
     }
 
     /// Releases `key` as `how` says, if `token` holds it (or leaves its line); says
@@ -376,11 +298,7 @@ impl MemoryStore {
             return permits;
         };
         e.prune(now);
-        if e.held_otherwise(Sharing::Permit) {
-            return 0;
-        }
-        let taken = u32::try_from(e.holders.len()).unwrap_or(u32::MAX);
-        e.permits.unwrap_or(permits).saturating_sub(taken)
+        admission::free_permits(e, permits)
     }
 
     /// Stores `permits` as semaphore `key`'s count, kept as long as its fence counter.

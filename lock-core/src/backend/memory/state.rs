@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use super::fence::Fence;
 use super::session::{Ends, Term};
 use crate::LockKind;
+use crate::backend::store::Acquire;
 use crate::kind::Sharing;
+use crate::wait::Attempt;
 use crate::wait::handover::FairHandOver;
 
 /// Every lock the store knows of, by name.
@@ -73,12 +75,17 @@ pub(super) struct Holder {
 }
 
 impl Holder {
-    /// The instant an attempt reports its hold to run until: a session's hold is
-    /// reported as a session by `Store::acquire`, which drops this instant.
-    pub(super) fn until(&self, now: Instant) -> Instant {
-        match self.ends {
+    /// This hold as an attempt reports it: its fencing token, and the instant it runs
+    /// until (a session's hold is reported as a session by `Store::acquire`, which drops
+    /// this instant).
+    pub(super) fn acquired(&self, now: Instant) -> Attempt {
+        let until = match self.ends {
             Ends::At(at) => at,
             Ends::WithSession { .. } => now,
+        };
+        Attempt::Acquired {
+            fence: self.fence,
+            until,
         }
     }
 }
@@ -129,7 +136,7 @@ impl Entry {
         self.holders.iter().any(|h| h.kind.sharing() != sharing)
     }
 
-    /// Makes `token` a holder, as `kind`, for `term`, and draws its fencing token.
+    /// Makes `token` a holder, as `kind`, for `term`, drawing its fencing token.
     pub(super) fn take(
         &mut self,
         token: &str,
@@ -137,7 +144,7 @@ impl Entry {
         term: &Term,
         now: Instant,
         fence_ttl: Duration,
-    ) -> u64 {
+    ) -> &Holder {
         let fence = self.fence.draw(now, fence_ttl, term.lease());
         self.holders.push(Holder {
             token: token.to_owned(),
@@ -145,7 +152,7 @@ impl Entry {
             ends: Ends::new(term, now),
             fence,
         });
-        fence
+        &self.holders[self.holders.len() - 1]
     }
 
     /// Gives the lock to the first in line, if anyone waits.
@@ -156,7 +163,9 @@ impl Entry {
         clock_us: u64,
     ) -> Option<HandedOver> {
         let place = self.line.pop_front()?;
-        let fence = self.take(&place.token, LockKind::Fair, &place.term, now, fence_ttl);
+        let fence = self
+            .take(&place.token, LockKind::Fair, &place.term, now, fence_ttl)
+            .fence;
         tracing::debug!(fence, "lock handed over to the next in line");
         let handover = FairHandOver {
             fence,
@@ -165,19 +174,36 @@ impl Entry {
         Some((place.token, handover))
     }
 
-    pub(super) fn queue(&mut self, token: &str, term: &Term) {
-        if !self.line.iter().any(|p| &*p.token == token) {
-            self.line.push_back(Place {
-                token: token.into(),
-                term: term.clone(),
-            });
+    /// Counts `request`, which waits and did not go in, among those waiting: a fair
+    /// caller takes a place at the back of the line (unless it has one), a writer is
+    /// counted among the waiting writers with when it began to ask. The other kinds keep
+    /// no order.
+    pub(super) fn wait(&mut self, request: &Acquire, term: &Term) {
+        let token = &*request.token;
+        match request.kind {
+            LockKind::Fair if !self.line.iter().any(|p| &*p.token == token) => {
+                self.line.push_back(Place {
+                    token: token.into(),
+                    term: term.clone(),
+                });
+            }
+            LockKind::Write if !self.writers.iter().any(|(t, _)| &**t == token) => {
+                self.writers.push((token.into(), request.since));
+            }
+            _ => {}
         }
     }
 
-    /// Counts writer `token`, which began to ask at `since`, among those waiting.
-    pub(super) fn wait_to_write(&mut self, token: &str, since: Instant) {
-        if !self.writers.iter().any(|(t, _)| &**t == token) {
-            self.writers.push((token.into(), since));
+    /// Takes `request`, which goes in, out of those waiting: a fair caller leaves the
+    /// front of the line, a writer the waiting writers.
+    pub(super) fn stop_waiting(&mut self, request: &Acquire) {
+        let token = &*request.token;
+        match request.kind {
+            LockKind::Fair if self.line.front().is_some_and(|p| &*p.token == token) => {
+                self.line.pop_front();
+            }
+            LockKind::Write => self.stop_waiting_to_write(token),
+            _ => {}
         }
     }
 
