@@ -1,3 +1,6 @@
+//! The store's unit tests, through its operations: leases, fencing tokens, fair lines,
+//! writer preference, a semaphore's stored count, and what an operator sees.
+
 use super::*;
 
 const SEC: Duration = Duration::from_secs(1);
