@@ -187,9 +187,10 @@
 //!   the deployment, connection, scripts, keys, the pub/sub hub, each lock kind, and the
 //!   hand-over optimisations; `redlock.rs` holds a lock on a quorum of independent
 //!   masters, [`backend::RedLockStore`], configured in `redlock/builder.rs`) and
-//!   `backend/memory.rs` ([`backend::MemoryStore`]). [`LockerBuilder`]
-//!   (`locker/builder.rs`) holds the defaults every store shares, and shorthands that
-//!   fill in a store's builder.
+//!   `backend/memory/` ([`backend::MemoryStore`]; one file per concern: the admission
+//!   rule every kind shares, each lock's state, the fence counter, wake-ups and
+//!   sessions). [`LockerBuilder`] (`locker/builder.rs`) holds the defaults every store
+//!   shares, and shorthands that fill in a store's builder.
 //! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
 //!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
 //!   (`mod.rs`). A store that waits on the server side (a blocking `GET_LOCK`, a
