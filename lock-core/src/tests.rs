@@ -191,35 +191,6 @@ async fn deleting_the_key_is_detected_as_loss() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_lock_cancels_the_body_when_the_lock_is_lost() {
-    let locker = Locker::in_memory();
-    let finished = Arc::new(AtomicBool::new(false));
-    let evictor = {
-        let locker = locker.clone();
-        async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            evict(&locker, "k");
-        }
-    };
-    let body = {
-        let finished = finished.clone();
-        async move {
-            tokio::time::sleep(10 * SEC).await;
-            finished.store(true, Ordering::SeqCst);
-        }
-    };
-    let (result, ()) = tokio::join!(
-        locker.with_lock_opts("k", LockOptions::new().lease(SEC), body),
-        evictor
-    );
-    assert!(result.unwrap_err().is_lost());
-    assert!(
-        !finished.load(Ordering::SeqCst),
-        "the body ran on after the loss"
-    );
-}
-
-#[tokio::test(start_paused = true)]
 async fn release_hands_over_at_once_and_timeouts_are_exact() {
     let locker = Locker::in_memory();
     let guard = locker.lock("k").await.unwrap();
@@ -253,41 +224,6 @@ async fn release_hands_over_at_once_and_timeouts_are_exact() {
     assert!(err.is_timeout(), "{err}");
     assert_eq!(start.elapsed(), 2 * SEC);
     assert!(err.retry_after().is_some());
-}
-
-#[tokio::test(start_paused = true)]
-async fn dropping_guards_and_futures_leaves_nothing_behind() {
-    let locker = Locker::in_memory();
-    let probe = |locker: &Locker| {
-        let locker = locker.clone();
-        tokio::spawn(async move { locker.try_lock("k").await.unwrap().is_some() })
-    };
-
-    drop(locker.lock("k").await.unwrap());
-    assert!(
-        probe(&locker).await.unwrap(),
-        "a dropped guard kept the lock"
-    );
-
-    let with_lock = locker.with_lock("k", std::future::pending::<()>());
-    assert!(
-        tokio::time::timeout(SEC, with_lock).await.is_err(),
-        "the body never ends"
-    );
-    assert!(
-        probe(&locker).await.unwrap(),
-        "a dropped with_lock kept the lock"
-    );
-
-    // a waiting acquire that is dropped unregisters and takes nothing
-    let guard = locker.lock("k").await.unwrap();
-    let other = locker.clone();
-    let waiting = tokio::spawn(async move { other.lock("k").await.map(drop) });
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    waiting.abort();
-    assert!(waiting.await.unwrap_err().is_cancelled());
-    guard.release().await.unwrap();
-    assert!(probe(&locker).await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]
@@ -527,33 +463,6 @@ async fn fair_waiters_that_give_up_leave_the_line() {
     let released_at = Instant::now();
     holder.release().await.unwrap();
     assert_eq!(last.await.unwrap(), released_at);
-}
-
-#[tokio::test(start_paused = true)]
-async fn fair_and_plain_holds_of_one_name_exclude_each_other() {
-    let locker = Locker::in_memory();
-    let plain = locker.lock("k").await.unwrap();
-    let fair_waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            assert!(!try_fair(&locker, "k").await);
-            let guard = locker.lock_with("k", fair()).await.unwrap();
-            let plain_meanwhile = tokio::spawn({
-                let locker = locker.clone();
-                async move { locker.try_lock("k").await.unwrap().is_some() }
-            });
-            assert!(
-                !plain_meanwhile.await.unwrap(),
-                "a plain lock got a held fair lock"
-            );
-            guard.release().await.unwrap();
-        })
-    };
-    until_in_line(&locker, "k", 1).await;
-    // A plain release frees the lock and wakes a waiter: the fair one takes it.
-    plain.release().await.unwrap();
-    fair_waiter.await.unwrap();
-    assert!(locker.try_lock("k").await.unwrap().is_some());
 }
 
 /// A store whose holds last as long as a session, as ZooKeeper's ephemeral nodes or a

@@ -34,6 +34,10 @@
 //!
 //! Connections through a [`TcpProxy`] can be cut at any moment, mid-command.
 //!
+//! Tests that look at a lock's keys on the server find them with [`lock_key`] and the
+//! helpers beside it ([`lock_exists`], [`lock_holder`], [`subscribed_lockers`],
+//! [`sharded_subscribers`]), the one place that knows lock-core's Redis key layout.
+//!
 //! The harness library is std, with redis-rs to read replies. The `torture` binary beside
 //! it runs lock-core itself, in several processes, under every fault the harness can
 //! inject, and checks that no update is lost: `cargo run --release -p lock-tests --bin torture` (`--help` for its
@@ -49,6 +53,7 @@
 
 mod cluster;
 mod error;
+mod keys;
 mod proxy;
 mod reply;
 mod sentinel;
@@ -59,6 +64,7 @@ use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
 pub use error::HarnessError;
+pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use proxy::TcpProxy;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{RedisCluster, eventually};
+use lock_tests::{RedisCluster, eventually, lock_key};
 
 #[path = "common/wake.rs"]
 mod wake;
@@ -30,7 +30,7 @@ fn one_name_per_master(cluster: &RedisCluster) -> Vec<String> {
     let mut names: Vec<(usize, String)> = Vec::new();
     for n in 0.. {
         let name = format!("account:{n}");
-        let node = cluster.node_for_key(&format!("lock:{{{name}}}"));
+        let node = cluster.node_for_key(&lock_key(&name));
         if names.iter().all(|(taken, _)| *taken != node) {
             names.push((node, name));
         }
@@ -92,7 +92,7 @@ async fn a_release_wakes_a_waiter_on_every_master() {
     let cluster = RedisCluster::spawn();
     let (holder, waiter) = (connect(&cluster).await, connect(&cluster).await);
     for name in one_name_per_master(&cluster) {
-        let node = &cluster.nodes()[cluster.node_for_key(&format!("lock:{{{name}}}"))];
+        let node = &cluster.nodes()[cluster.node_for_key(&lock_key(&name))];
         let published = node.calls("spublish");
         wake::a_release_wakes_the_waiter(&holder, &waiter, &name, SAFETY_POLL).await;
         assert!(
@@ -147,9 +147,9 @@ async fn locks_are_kept_and_served_when_a_master_dies_and_its_replica_takes_over
     }
     // Replicated before the master dies (replication is asynchronous).
     cluster.wait_replicated();
-    let dead = cluster.node_for_key(&format!("lock:{{{}}}", names[0]));
+    let key = lock_key(&names[0]);
+    let dead = cluster.node_for_key(&key);
     cluster.node_mut(dead).kill();
-    let key = format!("lock:{{{}}}", names[0]);
     eventually(Duration::from_secs(30), "the replica to take over", || {
         std::future::ready(cluster.node_for_key(&key) != dead)
     })

@@ -10,7 +10,10 @@ use std::time::Duration;
 use lock_core::backend::MemoryStore;
 use lock_core::conformance::{Holds, StoreUnderTest};
 use lock_core::{Locker, conformance};
-use lock_tests::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, ValueExt, eventually};
+use lock_tests::{
+    MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, ValueExt, eventually, lock_key,
+    sharded_subscribers, subscribed_lockers,
+};
 
 mod common;
 
@@ -107,18 +110,13 @@ impl StoreUnderTest for Redis {
     }
 
     async fn locker(&self) -> Locker {
-        Locker::connect(&self.server.url())
-            .await
-            .expect("connect to the test redis-server")
+        common::connect(&self.server).await
     }
 
     /// Kills the pub/sub connection (`CLIENT KILL TYPE pubsub`) once the waiter's `Locker`
     /// subscribed, and waits until it has subscribed again.
     async fn cut_wakeups(&self, _locker: &Locker, key: &str) -> bool {
-        cut_pub_sub(&self.server, || {
-            common::subscribed_lockers(&self.server, key)
-        })
-        .await;
+        cut_pub_sub(&self.server, || subscribed_lockers(&self.server, key)).await;
         true
     }
 }
@@ -206,8 +204,8 @@ impl StoreUnderTest for Cluster {
     /// Kills the pub/sub connection to the lock's node once the waiter's `Locker`
     /// subscribed there (sharded channels), and waits until it has subscribed again.
     async fn cut_wakeups(&self, _locker: &Locker, key: &str) -> bool {
-        let node = &self.cluster.nodes()[self.cluster.node_for_key(&format!("lock:{{{key}}}"))];
-        cut_pub_sub(node, || common::sharded_subscribers(node, key)).await;
+        let node = &self.cluster.nodes()[self.cluster.node_for_key(&lock_key(key))];
+        cut_pub_sub(node, || sharded_subscribers(node, key)).await;
         true
     }
 }

@@ -4,19 +4,16 @@
 
 use std::time::Duration;
 
+use common::connect;
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, ValueExt};
 use tokio::time::{Instant, sleep};
 
+mod common;
+
 const SEC: Duration = Duration::from_secs(1);
 /// How late a lock call may return after its wait, for scheduling.
 const SLACK: Duration = Duration::from_millis(250);
-
-async fn connect(server: &RedisServer) -> Locker {
-    Locker::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
 
 /// Cuts `server`'s client connections, then pauses it: the next call of a `Locker` finds
 /// its connection dead and opens another, which the server answers only once it runs

@@ -1,26 +1,22 @@
-//! The exclusive lock against real redis-server processes: mutual exclusion, ownership,
-//! leases and the watchdog, loss, fencing, wake-ups, cancellation, reentrancy, bad input
-//! and a server that dies and comes back. Where the point is semantics, the same check
-//! also runs on the in-memory backend.
+//! The locks against real redis-server processes, as only one Redis server shows them:
+//! ownership, the watchdog, loss, the fence counter, wake-ups and what they cost,
+//! cancellation, reentrancy and bad input without a round trip, the keys a lock leaves,
+//! and a server that pauses, dies and comes back. The contract tests every store passes
+//! are in the conformance suite (`conformance.rs`, `redis::`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::connect;
 use lock_core::backend::RedisStore;
 use lock_core::{LockError, LockGuard, LockKind, LockOptions, Locker};
-use lock_tests::{RedisServer, ValueExt, eventually};
+use lock_tests::{RedisServer, ValueExt, eventually, lock_exists, lock_key, subscribed_lockers};
 use tokio::time::{Instant, timeout};
 
 mod common;
 
 const SEC: Duration = Duration::from_secs(1);
-
-async fn connect(server: &RedisServer) -> Locker {
-    Locker::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
 
 /// A Locker whose waiters try again unwoken only every 3 to 4 s, so that a test counting
 /// commands over a shorter span sees no safety poll.
@@ -33,21 +29,9 @@ async fn connect_quiet(server: &RedisServer) -> Locker {
         .expect("connect to the test server")
 }
 
-fn redis_key(name: &str) -> String {
-    format!("lock:{{{name}}}")
-}
-
-fn exists(server: &RedisServer, name: &str) -> bool {
-    server.cmd(&["EXISTS", &redis_key(name)]).unwrap().as_int() == Some(1)
-}
-
 /// How many EVALSHA calls (acquire, release, extend) the server has run.
 fn evalsha_calls(server: &RedisServer) -> u64 {
     server.calls("evalsha")
-}
-
-fn subscribers(server: &RedisServer, name: &str) -> usize {
-    common::subscribed_lockers(server, name)
 }
 
 /// Whether another task (so: no reentrancy) could take `name` right now.
@@ -56,15 +40,6 @@ async fn free_for_others(locker: &Locker, name: &str) -> bool {
     tokio::spawn(async move { locker.try_lock(&name).await.unwrap().is_some() })
         .await
         .unwrap()
-}
-
-/// 64 tasks, spread over two Lockers (two "replicas"), increment a counter stored in
-/// Redis with a deliberately non-atomic read, yield, write.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutual_exclusion_across_lockers() {
-    let server = RedisServer::spawn();
-    let total = common::count_under_lock(&server, 64, 32, LockOptions::new()).await;
-    assert_eq!(total, 64 * 32, "lost updates");
 }
 
 async fn ownership(first_locker: Locker, second_locker: Locker) {
@@ -97,27 +72,6 @@ async fn only_the_owner_can_release_or_extend() {
 }
 
 #[tokio::test]
-async fn expiry_frees_the_lock() {
-    let server = RedisServer::spawn();
-    let (a, b) = (connect(&server).await, connect(&server).await);
-    let _held = a
-        .lock_with(
-            "expiring",
-            LockOptions::new()
-                .lease(Duration::from_millis(300))
-                .watchdog(false),
-        )
-        .await
-        .unwrap();
-    assert!(b.try_lock("expiring").await.unwrap().is_none());
-    let guard = b
-        .lock_with("expiring", LockOptions::new().wait(5 * SEC))
-        .await
-        .expect("the lease ran out, so the waiter gets the lock");
-    assert!(guard.is_held().await.unwrap());
-}
-
-#[tokio::test]
 async fn watchdog_keeps_a_one_second_lease_for_five_seconds() {
     let server = RedisServer::spawn();
     let (a, b) = (connect(&server).await, connect(&server).await);
@@ -133,7 +87,7 @@ async fn watchdog_keeps_a_one_second_lease_for_five_seconds() {
             started.elapsed()
         );
         let pttl = server
-            .cmd(&["PTTL", &redis_key("kept")])
+            .cmd(&["PTTL", &lock_key("kept")])
             .unwrap()
             .as_int()
             .unwrap();
@@ -147,7 +101,7 @@ async fn watchdog_keeps_a_one_second_lease_for_five_seconds() {
     assert!(!guard.is_lost());
     assert!(guard.is_held().await.unwrap());
     guard.release().await.unwrap();
-    assert!(!exists(&server, "kept"));
+    assert!(!lock_exists(&server, "kept"));
 }
 
 #[tokio::test]
@@ -158,7 +112,7 @@ async fn deleting_the_key_behind_the_guard_is_detected_as_loss() {
         .lock_with("deleted", LockOptions::new().lease(SEC))
         .await
         .unwrap();
-    server.cmd(&["DEL", &redis_key("deleted")]).unwrap();
+    server.cmd(&["DEL", &lock_key("deleted")]).unwrap();
     timeout(3 * SEC, guard.lost())
         .await
         .expect("loss not detected");
@@ -175,10 +129,10 @@ async fn deleting_the_key_behind_the_guard_is_detected_as_loss() {
     };
     let deleter = async {
         eventually(3 * SEC, "the lock to be taken", || async {
-            exists(&server, "body")
+            lock_exists(&server, "body")
         })
         .await;
-        server.cmd(&["DEL", &redis_key("body")]).unwrap();
+        server.cmd(&["DEL", &lock_key("body")]).unwrap();
     };
     let (result, ()) = tokio::join!(
         timeout(
@@ -253,7 +207,7 @@ async fn the_response_timeout_bounds_each_answer() {
     eventually(
         3 * SEC,
         "the timed-out acquire's lock to be given back",
-        || async { !exists(&server, "hasty") },
+        || async { !lock_exists(&server, "hasty") },
     )
     .await;
     assert!(free_for_others(&hasty, "hasty").await);
@@ -264,47 +218,6 @@ async fn the_response_timeout_bounds_each_answer() {
         .await
         .unwrap_err();
     assert!(zero.to_string().contains("response timeout"), "{zero}");
-}
-
-async fn fencing(lockers: [Locker; 2]) {
-    let tokens = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..16 {
-        let (locker, tokens) = (lockers[i % 2].clone(), tokens.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..16 {
-                let guard = locker.lock("fenced").await.unwrap();
-                // recorded while held: the order of the list is the order of acquisition
-                tokens.lock().unwrap().push(guard.fencing_token());
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let tokens = tokens.lock().unwrap();
-    assert_eq!(tokens.len(), 256);
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens went backwards"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_tokens_increase_across_tasks_and_lockers() {
-    let server = RedisServer::spawn();
-    fencing([connect(&server).await, connect(&server).await]).await;
-    let memory = Locker::in_memory();
-    fencing([memory.clone(), memory]).await;
-    // the counter carries a long expiry so idle locks do not pile up forever
-    let ttl = server
-        .cmd(&["PTTL", &format!("{}:fence", redis_key("fenced"))])
-        .unwrap();
-    assert!(
-        ttl.as_int().unwrap() > 0,
-        "fence counter without expiry: {ttl:?}"
-    );
 }
 
 #[tokio::test]
@@ -343,7 +256,7 @@ async fn a_release_wakes_the_waiter_without_polling_and_waiters_do_not_hammer() 
     let before = evalsha_calls(&server);
     let waiter = spawn_waiter(b.clone(), "handoff");
     eventually(5 * SEC, "the waiter to subscribe and try again", || async {
-        subscribers(&server, "handoff") == 1 && evalsha_calls(&server) - before >= 2
+        subscribed_lockers(&server, "handoff") == 1 && evalsha_calls(&server) - before >= 2
     })
     .await;
     let held = release_to(held, waiter, "the waiter").await;
@@ -351,7 +264,7 @@ async fn a_release_wakes_the_waiter_without_polling_and_waiters_do_not_hammer() 
     // While the lock stays held, a waiter only polls as a safety net.
     let waiter = spawn_waiter(a.clone(), "handoff");
     eventually(5 * SEC, "the second waiter to subscribe", || async {
-        subscribers(&server, "handoff") == 1
+        subscribed_lockers(&server, "handoff") == 1
     })
     .await;
     let before = evalsha_calls(&server);
@@ -362,18 +275,7 @@ async fn a_release_wakes_the_waiter_without_polling_and_waiters_do_not_hammer() 
     let (_, last) = timeout(5 * SEC, waiter).await.unwrap().unwrap();
     last.release().await.unwrap();
     eventually(5 * SEC, "the waiters to unsubscribe", || async {
-        subscribers(&server, "handoff") == 0
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn dropping_a_guard_releases_at_once() {
-    let server = RedisServer::spawn();
-    let locker = connect(&server).await;
-    drop(locker.lock("dropped").await.unwrap());
-    eventually(2 * SEC, "the dropped guard's key to go", || async {
-        !exists(&server, "dropped")
+        subscribed_lockers(&server, "handoff") == 0
     })
     .await;
 }
@@ -402,32 +304,10 @@ async fn dropping_an_acquire_in_flight_leaves_no_lock() {
     eventually(
         3 * SEC,
         "the interrupted acquire's lock to be given back",
-        || async { !exists(&server, "in-flight") },
+        || async { !lock_exists(&server, "in-flight") },
     )
     .await;
     assert!(free_for_others(&locker, "in-flight").await);
-}
-
-#[tokio::test]
-async fn dropping_with_lock_releases() {
-    let server = RedisServer::spawn();
-    let locker = connect(&server).await;
-    let body = locker.with_lock("abandoned", std::future::pending::<()>());
-    let ran = async {
-        eventually(3 * SEC, "the lock to be taken", || async {
-            exists(&server, "abandoned")
-        })
-        .await;
-    };
-    tokio::select! {
-        _ = body => unreachable!("the body never ends"),
-        () = ran => {}
-    }
-    // `body` is dropped here
-    eventually(2 * SEC, "the abandoned lock to go", || async {
-        !exists(&server, "abandoned")
-    })
-    .await;
 }
 
 #[tokio::test]
@@ -462,11 +342,11 @@ async fn reentrancy_is_per_task_and_costs_no_round_trip() {
     );
     inner.release().await.unwrap();
     assert!(
-        exists(&server, "nested"),
+        lock_exists(&server, "nested"),
         "an inner release gave the lock back"
     );
     outer.release().await.unwrap();
-    assert!(!exists(&server, "nested"));
+    assert!(!lock_exists(&server, "nested"));
     assert!(free_for_others(&locker, "nested").await);
 }
 
@@ -511,7 +391,7 @@ async fn a_redis_store_from_its_own_builder_plugs_into_a_locker() {
     let key = "billing:{balance:42}";
     assert_eq!(server.cmd(&["EXISTS", key]).unwrap().as_int(), Some(1));
     assert!(
-        !exists(&server, "balance:42"),
+        !lock_exists(&server, "balance:42"),
         "the namespace was not applied"
     );
     let elsewhere = shorthand.try_lock("balance:42").await.unwrap();
@@ -635,7 +515,7 @@ async fn a_killed_and_restarted_server_is_picked_up_again() {
             .map(|g| g.fencing_token())
     });
     eventually(10 * SEC, "the waiter to subscribe", || async {
-        subscribers(&server, "after") == 1
+        subscribed_lockers(&server, "after") == 1
     })
     .await;
     held.release().await.unwrap();
@@ -663,7 +543,7 @@ async fn a_locker_dropped_under_a_live_guard_stops_its_tasks() {
         waiter.lock_with("dropped", wait).await.map(drop)
     });
     eventually(10 * SEC, "the waiter to subscribe", || async {
-        subscribers(&server, "dropped") == 1
+        subscribed_lockers(&server, "dropped") == 1
     })
     .await;
     assert!(waited.await.unwrap().is_err(), "the waiter got a held lock");
@@ -677,7 +557,7 @@ async fn a_locker_dropped_under_a_live_guard_stops_its_tasks() {
     .await;
     let renewals = evalsha_calls(&server);
     eventually(3 * SEC, "the unrenewed lease to run out", || async {
-        !exists(&server, "dropped")
+        !lock_exists(&server, "dropped")
     })
     .await;
     assert_eq!(evalsha_calls(&server), renewals, "renewed after the drop");
@@ -740,7 +620,7 @@ async fn a_locker_on_a_bare_pool_polls_instead_of_subscribing() {
         evalsha_calls(&server) >= 3
     })
     .await;
-    assert_eq!(subscribers(&server, "pooled"), 0);
+    assert_eq!(subscribed_lockers(&server, "pooled"), 0);
     held.release().await.unwrap();
     timeout(5 * SEC, waiter).await.unwrap().unwrap().unwrap();
 }
@@ -790,7 +670,10 @@ async fn flush_waits_for_the_releases_of_dropped_guards() {
         .await
         .expect("flush never returned");
     for name in &names {
-        assert!(!exists(&server, name), "{name} is still locked after flush");
+        assert!(
+            !lock_exists(&server, name),
+            "{name} is still locked after flush"
+        );
     }
 }
 
@@ -807,7 +690,7 @@ async fn a_subscription_lingers_for_a_lock_contended_again_soon() {
             async move { b.lock("busy").await.map(drop) }
         });
         eventually(5 * SEC, "the waiter to subscribe", || async {
-            subscribers(&server, "busy") == 1
+            subscribed_lockers(&server, "busy") == 1
         })
         .await;
         held.release().await.unwrap();
@@ -819,7 +702,7 @@ async fn a_subscription_lingers_for_a_lock_contended_again_soon() {
         );
     }
     eventually(5 * SEC, "the idle lock to be unsubscribed", || async {
-        subscribers(&server, "busy") == 0
+        subscribed_lockers(&server, "busy") == 0
     })
     .await;
     assert_eq!(server.calls("unsubscribe"), 1);
@@ -836,7 +719,7 @@ async fn the_fence_counter_expiry_is_renewed_every_64_tokens() {
         .build()
         .await
         .unwrap();
-    let counter = format!("{}:fence", redis_key("renewed"));
+    let counter = format!("{}:fence", lock_key("renewed"));
     let pttl = || server.cmd(&["PTTL", &counter]).unwrap().as_int().unwrap();
     let mut token = locker.lock("renewed").await.unwrap();
     assert!(pttl() > 500_000, "a new counter gets the whole expiry");
@@ -876,7 +759,7 @@ async fn relay(server: &RedisServer, locker: &Locker, name: &str) -> (Vec<usize>
         }));
         // Its attempt answered, it is in line before the next one's (same connection).
         eventually(5 * SEC, "the waiter to try and subscribe", || async {
-            evalsha_calls(server) > before && subscribers(server, name) == 1
+            evalsha_calls(server) > before && subscribed_lockers(server, name) == 1
         })
         .await;
     }
@@ -918,7 +801,7 @@ async fn a_release_passes_the_lock_to_a_local_waiter() {
         // Each release that freed the lock while tasks of its Locker waited woke one;
         // the last one, with nobody left waiting, woke nobody.
         assert_eq!(publishes, published, "with {passes} passes in a row");
-        assert!(!exists(&server, &name));
+        assert!(!lock_exists(&server, &name));
     }
 }
 
@@ -948,7 +831,7 @@ async fn a_lock_passed_to_a_waiter_that_is_gone_is_freed() {
             }
         });
         eventually(5 * SEC, "the waiter to try and subscribe", || async {
-            evalsha_calls(&server) - before >= 2 && subscribers(&server, "orphan") == 1
+            evalsha_calls(&server) - before >= 2 && subscribed_lockers(&server, "orphan") == 1
         })
         .await;
         stop.send(()).unwrap();
@@ -969,12 +852,12 @@ async fn a_lock_passed_to_a_waiter_that_is_gone_is_freed() {
             let passes = evalsha_calls(&server);
             holder.release().await.unwrap();
             assert_eq!(evalsha_calls(&server) - passes, 1);
-            assert!(exists(&server, "orphan"), "passed on, so still held");
+            assert!(lock_exists(&server, "orphan"), "passed on, so still held");
             drop_it.send(()).unwrap();
             waiter.await.unwrap();
         }
         eventually(3 * SEC, "the orphaned lock to be freed", || async {
-            !exists(&server, "orphan")
+            !lock_exists(&server, "orphan")
         })
         .await;
         assert!(free_for_others(&locker, "orphan").await);
@@ -983,7 +866,7 @@ async fn a_lock_passed_to_a_waiter_that_is_gone_is_freed() {
 
 /// The Lockers waiting for lock `name`, oldest first.
 fn waiting_lockers(server: &RedisServer, name: &str) -> usize {
-    let set = format!("{}:lockers", redis_key(name));
+    let set = format!("{}:lockers", lock_key(name));
     let reply = server.cmd(&["ZCARD", &set]).unwrap();
     usize::try_from(reply.as_int().unwrap()).unwrap()
 }
@@ -997,7 +880,7 @@ async fn a_release_wakes_the_locker_waiting_longest_and_no_other() {
     let held = holder_locker.lock("turns").await.unwrap();
     let opts = LockOptions::new().wait(30 * SEC);
     one_wake_up_per_turn(&server, "turns", opts, held, |i| {
-        waiting_lockers(&server, "turns") == i + 1 && subscribers(&server, "turns") == i + 1
+        waiting_lockers(&server, "turns") == i + 1 && subscribed_lockers(&server, "turns") == i + 1
     })
     .await;
     assert_eq!(waiting_lockers(&server, "turns"), 0);
@@ -1095,7 +978,7 @@ async fn a_release_passes_over_lockers_that_are_gone_or_gave_up() {
     );
     let held = a.lock("skip").await.unwrap();
     // A Locker that died while waiting: first in the set, and nobody listens for it.
-    let set = format!("{}:lockers", redis_key("skip"));
+    let set = format!("{}:lockers", lock_key("skip"));
     server
         .cmd(&["ZADD", &set, "0", "00000000deadbeef"])
         .unwrap();
@@ -1112,7 +995,7 @@ async fn a_release_passes_over_lockers_that_are_gone_or_gave_up() {
     .await;
     let waiter = spawn_waiter(c, "skip");
     eventually(5 * SEC, "the live waiter to be in line", || async {
-        waiting_lockers(&server, "skip") == 2 && subscribers(&server, "skip") == 1
+        waiting_lockers(&server, "skip") == 2 && subscribed_lockers(&server, "skip") == 1
     })
     .await;
     let guard = release_to(held, waiter, "the live waiter").await;
@@ -1140,14 +1023,14 @@ async fn a_wake_up_that_finds_nobody_is_passed_on() {
         )
         .await;
     assert!(gave_up.unwrap_err().is_timeout());
-    let pattern = format!("{}:released:*", redis_key("relayed"));
+    let pattern = format!("{}:released:*", lock_key("relayed"));
     let channels = server.cmd(&["PUBSUB", "CHANNELS", &pattern]).unwrap();
     let channel = channels.as_sequence().unwrap()[0]
         .as_str()
         .unwrap()
         .to_owned();
     let b_id = channel.rsplit(':').next().unwrap().to_owned();
-    let set = format!("{}:lockers", redis_key("relayed"));
+    let set = format!("{}:lockers", lock_key("relayed"));
     eventually(5 * SEC, "b to leave the set", || async {
         waiting_lockers(&server, "relayed") == 0
     })
@@ -1155,7 +1038,7 @@ async fn a_wake_up_that_finds_nobody_is_passed_on() {
     server.cmd(&["ZADD", &set, "0", &b_id]).unwrap();
     let waiter = spawn_waiter(c, "relayed");
     eventually(5 * SEC, "c to be in line behind b", || async {
-        waiting_lockers(&server, "relayed") == 2 && subscribers(&server, "relayed") == 2
+        waiting_lockers(&server, "relayed") == 2 && subscribed_lockers(&server, "relayed") == 2
     })
     .await;
     let before = evalsha_calls(&server);
@@ -1213,7 +1096,7 @@ async fn a_waiting_writer_is_woken_by_the_last_read_not_by_the_poll() {
 /// The keys of lock `name` on `server` (its store key and those beside it), with each
 /// one's expiry in ms (-1: none).
 fn keys_of(server: &RedisServer, name: &str) -> Vec<(String, i64)> {
-    let pattern = format!("{}*", redis_key(name));
+    let pattern = format!("{}*", lock_key(name));
     let keys = server.cmd(&["KEYS", &pattern]).unwrap();
     let keys: Vec<String> = keys
         .as_sequence()
@@ -1266,7 +1149,7 @@ async fn a_read_write_lock_and_a_semaphore_leave_no_key_without_expiry() {
             assert!(ttl > 0, "{key} has no expiry ({ttl})");
         }
     }
-    assert!(!exists(&server, "idle") && !exists(&server, "pool"));
+    assert!(!lock_exists(&server, "idle") && !lock_exists(&server, "pool"));
     eventually(15 * SEC, "every key of the idle locks is gone", || async {
         keys_of(&server, "idle").is_empty() && keys_of(&server, "pool").is_empty()
     })
@@ -1295,7 +1178,7 @@ async fn a_write_release_wakes_the_writer_waiting_longest_and_no_other() {
     };
     let opts = LockOptions::new().kind(LockKind::Write).wait(30 * SEC);
     one_wake_up_per_turn(&server, "pages", opts, held, |i| {
-        waiting_writers() == i + 1 && subscribers(&server, "pages") == i + 1
+        waiting_writers() == i + 1 && subscribed_lockers(&server, "pages") == i + 1
     })
     .await;
     assert_eq!(waiting_writers(), 0);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, Locker};
-use lock_tests::{RedisServer, ValueExt};
+use lock_tests::{RedisServer, ValueExt, lock_holder};
 
 #[path = "common/wake.rs"]
 mod wake;
@@ -246,8 +246,7 @@ async fn tokens_carry_122_random_bits() {
     let mut seen = Vec::new();
     for _ in 0..3 {
         let guard = locker.lock("k").await.unwrap();
-        let token = server.cmd(&["GET", "lock:{k}"]).unwrap();
-        let token = token.as_str().expect("the owner's token").to_owned();
+        let token = lock_holder(&server, "k").expect("the owner's token");
         let (uuid, mark) = token.split_once(':').expect("a kind's mark");
         assert_eq!(mark, "x", "exclusive: {token}");
         let hex: String = uuid.chars().filter(|&c| c != '-').collect();

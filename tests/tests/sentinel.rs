@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{MASTER_NAME, RedisSentinel, RedisServer, ValueExt};
+use lock_tests::{MASTER_NAME, RedisSentinel, lock_holder};
 use tokio::time::timeout;
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -18,12 +18,6 @@ async fn connect(topology: &RedisSentinel) -> Locker {
         .build()
         .await
         .expect("connect through the test sentinels")
-}
-
-/// The token that holds exclusive lock `key` on `server`, if any.
-fn holder(server: &RedisServer, key: &str) -> Option<String> {
-    let reply = server.cmd(&["GET", &format!("lock:{{{key}}}")]).unwrap();
-    reply.as_str().map(str::to_owned)
 }
 
 /// The storage a lock guards, as it should be written: a write carries the writer's
@@ -54,10 +48,13 @@ async fn the_next_acquisition_after_a_failover_works_on_the_new_master() {
     let new = topology.failover();
     assert_ne!(new.port(), old);
     let guard = locker.lock("k").await.unwrap();
-    assert!(holder(new, "k").is_some(), "not taken on the new master");
+    assert!(
+        lock_holder(new, "k").is_some(),
+        "not taken on the new master"
+    );
     assert!(guard.is_held().await.unwrap());
     guard.release().await.unwrap();
-    assert_eq!(holder(new, "k"), None);
+    assert_eq!(lock_holder(new, "k"), None);
 }
 
 /// A token drawn on a master whose write is lost in the failover (here: the new master's
@@ -105,7 +102,10 @@ async fn a_hold_lost_in_a_failover_is_reported_and_its_writes_are_refused() {
     new.cmd(&["DEL", "lock:{k}"]).unwrap();
     let wait = LockOptions::new().wait(LEASE * 2);
     let guard = other.lock_with("k", wait).await.unwrap();
-    assert!(holder(new, "k").is_some(), "not taken on the new master");
+    assert!(
+        lock_holder(new, "k").is_some(),
+        "not taken on the new master"
+    );
     assert!(guard.fencing_token() > stale.fencing_token());
     assert!(storage.write(guard.fencing_token()));
 

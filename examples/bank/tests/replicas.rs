@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lock_tests::{RedisServer, ValueExt, eventually, wait_until};
+use lock_tests::{RedisServer, ValueExt, eventually, lock_exists, wait_until};
 use serde_json::Value;
 
 /// The bound of every wait in this file.
@@ -242,9 +242,9 @@ fn statement_permits_held(redis: &RedisServer) -> i64 {
     holders.as_int().unwrap()
 }
 
-fn lock_exists(redis: &RedisServer, account: &str) -> bool {
-    let key = format!("lock:{{balance:{account}}}");
-    redis.cmd(&["EXISTS", &key]).unwrap().as_int() == Some(1)
+/// Whether a replica holds the lock of `account`'s balance.
+fn balance_locked(redis: &RedisServer, account: &str) -> bool {
+    lock_exists(redis, &format!("balance:{account}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -369,7 +369,7 @@ async fn a_killed_replica_blocks_its_accounts_only_for_its_lease() {
         tokio::spawn(async move { op.send(&http, addr).await })
     });
     eventually(DEADLINE, "the stuck replica to hold x, y and z", || async {
-        ["x", "y", "z"].iter().all(|id| lock_exists(&redis, id))
+        ["x", "y", "z"].iter().all(|id| balance_locked(&redis, id))
     })
     .await;
 
@@ -408,7 +408,7 @@ async fn a_killed_replica_blocks_its_accounts_only_for_its_lease() {
         assert_eq!(balance(&http, live.addr, id).await, expected, "{id}");
     }
     eventually(DEADLINE, "every lock to be free", || async {
-        ["x", "y", "z"].iter().all(|id| !lock_exists(&redis, id))
+        ["x", "y", "z"].iter().all(|id| !balance_locked(&redis, id))
     })
     .await;
 }
@@ -423,7 +423,7 @@ async fn sigterm_finishes_the_request_in_flight_and_releases_its_lock() {
         tokio::spawn(async move { Op::Deposit("x", 5).send(&http, addr).await })
     };
     eventually(DEADLINE, "the deposit to hold its lock", || async {
-        lock_exists(&redis, "x")
+        balance_locked(&redis, "x")
     })
     .await;
 
@@ -442,5 +442,5 @@ async fn sigterm_finishes_the_request_in_flight_and_releases_its_lock() {
     let stored = redis.cmd(&["HGET", "bank:account:x", "balance"]).unwrap();
     assert_eq!(stored.as_str(), Some("5"));
     // released at shutdown, not left to its 30 s lease
-    assert!(!lock_exists(&redis, "x"));
+    assert!(!balance_locked(&redis, "x"));
 }

@@ -486,13 +486,12 @@ pub async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
     }
 }
 
-/// A dropped guard releases its lock: once its `Locker` is flushed, another takes it.
+/// A dropped guard releases its lock, and so does a `with_lock` dropped while its body
+/// runs: once its `Locker` is flushed, another takes it.
 pub async fn a_dropped_guard_frees_the_lock(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
-    let guard = a
-        .lock_with("dropped", LockOptions::new().lease(30 * SEC))
-        .await
-        .unwrap();
+    let held = LockOptions::new().lease(30 * SEC);
+    let guard = a.lock_with("dropped", held).await.unwrap();
     assert!(!free_for(&b, "dropped").await, "held, yet free");
     drop(guard);
     a.flush().await;
@@ -503,6 +502,24 @@ pub async fn a_dropped_guard_frees_the_lock(store: &impl StoreUnderTest) {
     assert!(
         free_for(&a, "dropped").await,
         "a dropped guard kept its lock"
+    );
+
+    let (entered, body_runs) = tokio::sync::oneshot::channel();
+    let body = async move {
+        entered.send(()).unwrap();
+        std::future::pending::<()>().await;
+    };
+    let mut with_lock = Box::pin(a.with_lock_opts("dropped", held, body));
+    tokio::select! {
+        outcome = &mut with_lock => panic!("with_lock of a body that never ends ended: {outcome:?}"),
+        runs = body_runs => runs.expect("the body never ran"),
+    }
+    assert!(!free_for(&b, "dropped").await, "its body runs, yet free");
+    drop(with_lock);
+    a.flush().await;
+    assert!(
+        free_for(&b, "dropped").await,
+        "a dropped with_lock kept its lock"
     );
 }
 
