@@ -42,35 +42,6 @@ async fn free_for_others(locker: &Locker, name: &str) -> bool {
         .unwrap()
 }
 
-async fn ownership(first_locker: Locker, second_locker: Locker) {
-    let short = LockOptions::new()
-        .lease(Duration::from_millis(200))
-        .watchdog(false);
-    let first = first_locker.lock_with("owned", short).await.unwrap();
-    first.lost().await;
-    // The guard counts its lease from when the acquire was sent, so it gives up a
-    // moment before the server expires the key: wait for that moment.
-    let second = second_locker
-        .lock_with("owned", LockOptions::new().wait(2 * SEC))
-        .await
-        .expect("an expired lease frees the lock");
-    assert!(first.extend(SEC).await.unwrap_err().is_not_held());
-    assert!(first.release().await.unwrap_err().is_not_held());
-    assert!(
-        second.is_held().await.unwrap(),
-        "the new owner's lock was touched"
-    );
-    second.release().await.unwrap();
-}
-
-#[tokio::test]
-async fn only_the_owner_can_release_or_extend() {
-    let server = RedisServer::spawn();
-    ownership(connect(&server).await, connect(&server).await).await;
-    let memory = Locker::in_memory();
-    ownership(memory.clone(), memory).await;
-}
-
 #[tokio::test]
 async fn watchdog_keeps_a_one_second_lease_for_five_seconds() {
     let server = RedisServer::spawn();

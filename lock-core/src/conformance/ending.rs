@@ -58,7 +58,7 @@ pub async fn holds_end_as_the_store_says(store: &impl StoreUnderTest) {
 }
 
 /// A holder whose hold ended (its lease ran out, its session ended) is followed by one
-/// with a greater token, and can no longer release the lock from under it.
+/// with a greater token, and can no longer extend or release the lock from under it.
 pub async fn fencing_tokens_increase_past_a_hold_that_ended(store: &impl StoreUnderTest) {
     let [a, b] = two(store).await;
     let stale = a.lock_with("expiring", ending(store)).await.unwrap();
@@ -76,6 +76,9 @@ pub async fn fencing_tokens_increase_past_a_hold_that_ended(store: &impl StoreUn
         next.fencing_token(),
         stale.fencing_token()
     );
+    let err = stale.extend(SEC).await.unwrap_err();
+    assert!(err.is_not_held(), "a stale owner's extend: {err}");
+    assert!(!stale.is_held().await.unwrap(), "a stale owner still holds");
     let err = stale.release().await.unwrap_err();
     assert!(err.is_not_held(), "a stale owner's release: {err}");
     assert!(
