@@ -8,7 +8,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::backend::Renewal;
-use crate::lease::Lease;
+use crate::hold::Hold;
 use crate::locker::inner::Inner;
 use crate::reentrancy::HoldEnd;
 use crate::{LockError, LockKind};
@@ -42,7 +42,7 @@ use crate::{LockError, LockKind};
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     inner: Arc<Inner>,
-    lease: Arc<Lease>,
+    hold: Arc<Hold>,
     done: bool,
 }
 
@@ -50,31 +50,31 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key())
-            .field("kind", &self.lease.kind)
-            .field("fencing_token", &self.lease.fence)
-            .field("lost", &self.lease.is_lost())
+            .field("kind", &self.hold.kind)
+            .field("fencing_token", &self.hold.fence)
+            .field("lost", &self.hold.is_lost())
             .finish_non_exhaustive()
     }
 }
 
 impl LockGuard {
-    pub(crate) fn new(inner: Arc<Inner>, lease: Arc<Lease>) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, hold: Arc<Hold>) -> Self {
         Self {
             inner,
-            lease,
+            hold,
             done: false,
         }
     }
 
     /// The lock's key, as given to the `Locker`.
     pub fn key(&self) -> &str {
-        self.lease.key.as_str()
+        self.hold.key.as_str()
     }
 
     /// The kind of the hold. A re-entrant guard shares its outer guard's hold, and says
     /// its kind.
     pub fn kind(&self) -> LockKind {
-        self.lease.kind
+        self.hold.kind
     }
 
     /// A number strictly greater than that of every earlier acquisition of this lock,
@@ -84,7 +84,7 @@ impl LockGuard {
     /// that it can refuse a holder whose lease ran out: see the
     /// [crate docs on fencing](crate#fencing).
     pub fn fencing_token(&self) -> u64 {
-        self.lease.fence
+        self.hold.fence
     }
 
     /// How long the lease still runs, as this process reckons it: from when the command
@@ -92,7 +92,7 @@ impl LockGuard {
     /// drift allowance). Zero once it ran out; `None` for a hold that lasts as long as a
     /// session rather than a lease.
     pub fn lease_left(&self) -> Option<Duration> {
-        self.lease.lease_left()
+        self.hold.lease_left()
     }
 
     /// Sets the lease to run `lease` from now (and, while the watchdog is on, renews it
@@ -105,37 +105,37 @@ impl LockGuard {
                 crate::options::MIN_LEASE
             )));
         }
-        if !self.lease.is_active() {
+        if !self.hold.is_active() {
             return Err(self.not_held());
         }
         let renewal = [Renewal {
-            hold: self.lease.hold(),
+            hold: self.hold.for_store(),
             lease,
         }];
         let renewed = self.inner.store.renew(&renewal).await?;
         let Some(until) = renewed.first().copied().flatten() else {
-            self.lease.mark_lost();
+            self.hold.mark_lost();
             return Err(self.not_held());
         };
-        self.lease.set_lease(lease);
-        self.lease.renewed(until);
-        tracing::debug!(key = %self.lease.key, ?lease, "lock extended");
+        self.hold.set_lease(lease);
+        self.hold.renewed(until);
+        tracing::debug!(key = %self.hold.key, ?lease, "lock extended");
         Ok(())
     }
 
     /// Asks the store whether this guard still owns the lock. `false` once the lease
     /// was lost, without asking.
     pub async fn is_held(&self) -> Result<bool, LockError> {
-        if !self.lease.is_active() {
+        if !self.hold.is_active() {
             return Ok(false);
         }
-        self.inner.store.is_held(&self.lease.hold()).await
+        self.inner.store.is_held(&self.hold.for_store()).await
     }
 
     /// Whether the watchdog found the lease lost, or the store the session ended (no
     /// I/O; see [`is_held`](Self::is_held) to ask the store).
     pub fn is_lost(&self) -> bool {
-        self.lease.is_lost()
+        self.hold.is_lost()
     }
 
     /// A future that resolves when the lease is lost: renewal failed (the key was
@@ -144,7 +144,7 @@ impl LockGuard {
     /// ended. It never resolves for a lock that is released normally. It does not borrow
     /// the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lease = self.lease.clone();
+        let lease = self.hold.clone();
         async move { lease.until_lost().await }
     }
 
@@ -153,7 +153,7 @@ impl LockGuard {
     pub async fn scope<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
         tokio::select! {
             biased;
-            () = self.lease.until_lost() => Err(LockError::Lost { key: self.key().to_owned() }),
+            () = self.hold.until_lost() => Err(LockError::Lost { key: self.key().to_owned() }),
             out = fut => Ok(out),
         }
     }
@@ -164,13 +164,13 @@ impl LockGuard {
     /// the outermost guard is released.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
-        if self.inner.end_hold(&self.lease) == HoldEnd::Nested {
+        if self.inner.end_hold(&self.hold) == HoldEnd::Nested {
             return Ok(());
         }
         let span =
-            tracing::debug_span!("lock_release", key = %self.lease.key, fence = self.lease.fence);
+            tracing::debug_span!("lock_release", key = %self.hold.key, fence = self.hold.fence);
         let released = async {
-            let released = self.inner.store.release(&self.lease.hold()).await;
+            let released = self.inner.store.release(&self.hold.for_store()).await;
             if let Ok(true) = released {
                 tracing::debug!("lock released");
             }
@@ -185,8 +185,8 @@ impl LockGuard {
 
     /// The lease, without keeping it alive.
     #[cfg(test)]
-    pub(crate) fn lease_weak(&self) -> std::sync::Weak<Lease> {
-        Arc::downgrade(&self.lease)
+    pub(crate) fn hold_weak(&self) -> std::sync::Weak<Hold> {
+        Arc::downgrade(&self.hold)
     }
 
     fn not_held(&self) -> LockError {
@@ -198,10 +198,10 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done || self.inner.end_hold(&self.lease) == HoldEnd::Nested {
+        if self.done || self.inner.end_hold(&self.hold) == HoldEnd::Nested {
             return;
         }
-        tracing::debug!(key = %self.lease.key, fence = self.lease.fence, "lock guard dropped: releasing");
-        self.inner.release_detached(self.lease.clone());
+        tracing::debug!(key = %self.hold.key, fence = self.hold.fence, "lock guard dropped: releasing");
+        self.inner.release_detached(self.hold.clone());
     }
 }

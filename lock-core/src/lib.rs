@@ -177,7 +177,7 @@
 //! - [`Locker`] (`locker/`), with [`Semaphore`] (`semaphore.rs`), a handle on one
 //!   semaphore: checks keys, options and kinds, keeps reentrancy
 //!   (`reentrancy.rs`) and the leases ([`LockGuard`] in `guard.rs`, the local record in
-//!   `lease.rs`, renewed by `watchdog.rs`), and asks its store for the rest, such as
+//!   `hold.rs`, renewed by `watchdog.rs`), and asks its store for the rest, such as
 //!   what an operator sees of a lock ([`Locker::inspect`], a [`LockInfo`] in `info.rs`).
 //! - The store contract, [`backend::Store`] (`backend/store.rs`, documented in
 //!   [`backend`]): take a hold, waiting until a deadline; release it; renew leases;
@@ -278,10 +278,10 @@ pub mod backend;
 pub mod conformance;
 mod error;
 mod guard;
+mod hold;
 mod info;
 mod key;
 mod kind;
-mod lease;
 mod locker;
 mod multi;
 mod options;

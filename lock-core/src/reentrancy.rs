@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::lease::{Context, Lease};
+use crate::hold::{Context, Hold};
 use crate::{LockKey, LockKind};
 
 /// Whether ending a hold gave the lock back.
@@ -29,7 +29,7 @@ pub(crate) enum HoldEnd {
 pub(crate) enum Reentry {
     /// It holds the lock as a kind that admits the one asked for: here is that hold, with
     /// one more guard counted.
-    Reentered(Arc<Lease>),
+    Reentered(Arc<Hold>),
     /// It holds the lock as a kind that the one asked for would wait for: a read hold
     /// asking to write, say. Waiting would wait for itself.
     Refused { held: LockKind },
@@ -38,16 +38,16 @@ pub(crate) enum Reentry {
 }
 
 /// The holds of a `Locker` that can be re-entered, each found by its key and holder.
-/// A table of the leases themselves, found by the key and holder each lease records,
-/// rather than a map from (key, holder) to lease, which would store both a second time.
+/// A table of the holds themselves, found by the key and holder each hold records,
+/// rather than a map from (key, holder) to hold, which would store both a second time.
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
-    holds: Mutex<HashTable<Arc<Lease>>>,
+    holds: Mutex<HashTable<Arc<Hold>>>,
     hasher: DefaultHashBuilder,
 }
 
 impl Holds {
-    fn holds(&self) -> MutexGuard<'_, HashTable<Arc<Lease>>> {
+    fn holds(&self) -> MutexGuard<'_, HashTable<Arc<Hold>>> {
         // Each update is a single insert or remove: a poisoned table is consistent.
         self.holds.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -61,44 +61,44 @@ impl Holds {
     pub(crate) fn reenter(&self, key: &LockKey, kind: LockKind, context: Context) -> Reentry {
         let holds = self.holds();
         let hash = self.hash(key, context);
-        let Some(lease) = holds.find(hash, |l| l.key == *key && l.context == context) else {
+        let Some(hold) = holds.find(hash, |l| l.key == *key && l.context == context) else {
             return Reentry::NotHeld;
         };
-        if !lease.is_active() {
+        if !hold.is_active() {
             return Reentry::NotHeld;
         }
-        if !lease.kind.reenters(kind) {
-            return Reentry::Refused { held: lease.kind };
+        if !hold.kind.reenters(kind) {
+            return Reentry::Refused { held: hold.kind };
         }
-        lease.holds.fetch_add(1, Ordering::Relaxed);
-        Reentry::Reentered(lease.clone())
+        hold.holds.fetch_add(1, Ordering::Relaxed);
+        Reentry::Reentered(hold.clone())
     }
 
     /// Registers a new hold, if its kind can be re-entered at all.
-    pub(crate) fn insert(&self, lease: Arc<Lease>) {
-        if !lease.kind.reenters(lease.kind) {
+    pub(crate) fn insert(&self, hold: Arc<Hold>) {
+        if !hold.kind.reenters(hold.kind) {
             return;
         }
         let mut holds = self.holds();
-        let hash = self.hash(&lease.key, lease.context);
+        let hash = self.hash(&hold.key, hold.context);
         // A hold of the same key by the same task, ended without our knowing (it was
         // lost), gives way to the new one.
         if let Ok(stale) =
-            holds.find_entry(hash, |l| l.key == lease.key && l.context == lease.context)
+            holds.find_entry(hash, |l| l.key == hold.key && l.context == hold.context)
         {
             stale.remove();
         }
-        holds.insert_unique(hash, lease, |l| self.hash(&l.key, l.context));
+        holds.insert_unique(hash, hold, |l| self.hash(&l.key, l.context));
     }
 
-    /// Ends one guard's hold of `lease`.
-    pub(crate) fn end(&self, lease: &Arc<Lease>) -> HoldEnd {
+    /// Ends one guard's hold of `hold`.
+    pub(crate) fn end(&self, hold: &Arc<Hold>) -> HoldEnd {
         let mut holds = self.holds();
-        if lease.holds.fetch_sub(1, Ordering::Relaxed) > 1 {
+        if hold.holds.fetch_sub(1, Ordering::Relaxed) > 1 {
             return HoldEnd::Nested;
         }
-        let hash = self.hash(&lease.key, lease.context);
-        if let Ok(held) = holds.find_entry(hash, |l| Arc::ptr_eq(l, lease)) {
+        let hash = self.hash(&hold.key, hold.context);
+        if let Ok(held) = holds.find_entry(hash, |l| Arc::ptr_eq(l, hold)) {
             held.remove();
         }
         HoldEnd::Outermost

@@ -347,7 +347,7 @@ async fn the_global_locker_is_set_and_replaced() {
 async fn released_leases_do_not_pile_up_in_the_watchdog() {
     let locker = Locker::in_memory();
     let first = locker.lock("churn").await.unwrap();
-    let first_lease = first.lease_weak();
+    let first_lease = first.hold_weak();
     first.release().await.unwrap();
     // Paused time never brings the first lease's renewal due: only compaction of
     // released leases can let it go.

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::store::{Renewal, Store};
-use crate::lease::Lease;
+use crate::hold::Hold;
 
 /// The `Locker`'s side: the queue it shares with its watchdog task.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ struct Queue {
 #[derive(Debug)]
 struct Due {
     at: Instant,
-    lease: Arc<Lease>,
+    lease: Arc<Hold>,
 }
 
 impl PartialEq for Due {
@@ -78,7 +78,7 @@ impl Ord for Due {
 }
 
 impl Queue {
-    fn schedule(&mut self, at: Instant, lease: Arc<Lease>) {
+    fn schedule(&mut self, at: Instant, lease: Arc<Hold>) {
         self.leases.push(Reverse(Due { at, lease }));
     }
 
@@ -111,7 +111,7 @@ impl Watchdog {
 
     /// Queues a new lease, starting the watchdog task if none runs (first lease, or the
     /// runtime it ran on has shut down).
-    pub(crate) fn watch(&self, lease: Arc<Lease>) {
+    pub(crate) fn watch(&self, lease: Arc<Hold>) {
         let at = next_check(&lease, Instant::now());
         let mut queue = self.shared.queue();
         let first = queue.next().is_none_or(|next| at < next);
@@ -172,7 +172,7 @@ impl Drop for Running {
 /// down to a grid (a tenth of that period, at most 50 ms) so that leases due at about the
 /// same moment are renewed by one wake-up and one batch; or, with the watchdog off (or
 /// when it comes first), its exact deadline.
-fn next_check(lease: &Lease, now: Instant) -> Instant {
+fn next_check(lease: &Hold, now: Instant) -> Instant {
     const MAX_GRID: Duration = Duration::from_millis(50);
     let deadline = lease.expires_at();
     if !lease.watchdog {
@@ -207,7 +207,7 @@ async fn run(running: Running) {
 
 /// Takes the leases due by `now` off the queue: marks those past their deadline lost,
 /// and queues the others' next check. Returns those to renew now.
-fn due(queue: &mut Queue, now: Instant) -> Vec<Arc<Lease>> {
+fn due(queue: &mut Queue, now: Instant) -> Vec<Arc<Hold>> {
     let mut batch = Vec::new();
     while queue.next().is_some_and(|at| at <= now) {
         let Some(Reverse(Due { lease, .. })) = queue.leases.pop() else {
@@ -234,11 +234,11 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-async fn renew(store: Arc<dyn Store>, batch: Vec<Arc<Lease>>) {
+async fn renew(store: Arc<dyn Store>, batch: Vec<Arc<Hold>>) {
     let renewals: Vec<Renewal<'_>> = batch
         .iter()
         .map(|lease| Renewal {
-            hold: lease.hold(),
+            hold: lease.for_store(),
             lease: lease.lease(),
         })
         .collect();

@@ -7,7 +7,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::backend::Store;
-use crate::lease::Lease;
+use crate::hold::Hold;
 use crate::options::Defaults;
 use crate::reentrancy::{HoldEnd, Holds};
 use crate::telemetry;
@@ -23,7 +23,7 @@ pub(crate) struct Inner {
     pub(crate) watchdog: Watchdog,
     /// Releases of dropped guards, under way.
     pub(crate) background: TaskTracker,
-    /// The zero of the leases' clocks.
+    /// The zero of the holds' lease clocks.
     pub(crate) epoch: Instant,
 }
 
@@ -40,13 +40,13 @@ impl Inner {
         }
     }
 
-    /// Ends one guard's hold of `lease`; for the last, stops its renewal. Says whether
+    /// Ends one guard's hold of `hold`; for the last, stops its renewal. Says whether
     /// the lock is now to be released.
-    pub(crate) fn end_hold(&self, lease: &Arc<Lease>) -> HoldEnd {
-        let end = self.holds.end(lease);
-        if end == HoldEnd::Outermost && lease.mark_released() {
-            let held = lease.taken_at.elapsed();
-            telemetry::released(&lease.key, lease.kind, lease.label, held);
+    pub(crate) fn end_hold(&self, hold: &Arc<Hold>) -> HoldEnd {
+        let end = self.holds.end(hold);
+        if end == HoldEnd::Outermost && hold.mark_released() {
+            let held = hold.taken_at.elapsed();
+            telemetry::released(&hold.key, hold.kind, hold.label, held);
             // The watchdog stops renewing before the release is sent, so no renewal can
             // follow the release.
             self.watchdog.released();
@@ -54,17 +54,17 @@ impl Inner {
         end
     }
 
-    /// Releases `lease` in the background (its guard was dropped).
-    pub(crate) fn release_detached(&self, lease: Arc<Lease>) {
+    /// Releases `hold` in the background (its guard was dropped).
+    pub(crate) fn release_detached(&self, hold: Arc<Hold>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %lease.key, "no tokio runtime to release the lock in; its lease will expire");
+            tracing::warn!(key = %hold.key, "no tokio runtime to release the lock in; its hold will expire");
             return;
         };
         let store = self.store.clone();
-        let span = tracing::debug_span!("lock_release", key = %lease.key, fence = lease.fence);
+        let span = tracing::debug_span!("lock_release", key = %hold.key, fence = hold.fence);
         let release = async move {
-            if let Err(e) = store.release(&lease.hold()).await {
-                tracing::warn!(error = %e, "background release failed; the lease will expire");
+            if let Err(e) = store.release(&hold.for_store()).await {
+                tracing::warn!(error = %e, "background release failed; the hold will expire");
             }
         };
         self.background.spawn_on(release.instrument(span), &runtime);

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::backend::store::unsupported;
 use crate::backend::{Acquire, Acquired, Expiry, MemoryStore, Outcome, Store};
-use crate::lease::{Context, Lease};
+use crate::hold::{Context, Hold};
 use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, Resolved};
 use crate::reentrancy::Reentry;
 use crate::{
@@ -348,7 +348,7 @@ impl Locker {
             Expiry::Lease(until) => Some(*until),
             Expiry::Session(_) => None,
         };
-        let lease = Arc::new(Lease::new(
+        let hold = Arc::new(Hold::new(
             request,
             fence,
             Context::current(),
@@ -357,21 +357,21 @@ impl Locker {
             self.inner.epoch,
             label,
         ));
-        telemetry::acquired(&lease.key, lease.kind, label, waited);
-        self.inner.holds.insert(lease.clone());
+        telemetry::acquired(&hold.key, hold.kind, label, waited);
+        self.inner.holds.insert(hold.clone());
         match expiry {
-            Expiry::Lease(_) => self.inner.watchdog.watch(lease.clone()),
+            Expiry::Lease(_) => self.inner.watchdog.watch(hold.clone()),
             Expiry::Session(lost) => {
-                let lease = lease.clone();
+                let hold = hold.clone();
                 tokio::spawn(async move {
                     tokio::select! {
-                        () = lost => lease.mark_lost(),
-                        () = lease.until_over() => {}
+                        () = lost => hold.mark_lost(),
+                        () = hold.until_over() => {}
                     }
                 });
             }
         }
-        LockGuard::new(self.inner.clone(), lease)
+        LockGuard::new(self.inner.clone(), hold)
     }
 
     /// Makes one attempt at the lock `key`: `Ok(None)` when someone else holds it.

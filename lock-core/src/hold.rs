@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::store::{Acquire, Hold};
+use crate::backend::store::{self, Acquire};
 use crate::{LockKey, LockKind, telemetry};
 
 /// Who holds a lock, for reentrancy: the tokio task that acquired it, or, outside any
@@ -32,7 +32,7 @@ const LOST: u8 = 2;
 /// One acquisition: its identity in the store, and whether it is still held, released or
 /// lost. For a lease store it also keeps the lease, which the watchdog renews.
 #[derive(Debug)]
-pub(crate) struct Lease {
+pub(crate) struct Hold {
     pub(crate) key: LockKey,
     pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
@@ -59,7 +59,7 @@ pub(crate) struct Lease {
     changed: Notify,
 }
 
-impl Lease {
+impl Hold {
     /// The hold `request` took for `context`, with fencing token `fence`, renewed by the
     /// `watchdog` or not; its lease (for a lease store) runs until `until`.
     pub(crate) fn new(
@@ -97,8 +97,8 @@ impl Lease {
     }
 
     /// The hold, as the store knows it.
-    pub(crate) fn hold(&self) -> Hold<'_> {
-        Hold {
+    pub(crate) fn for_store(&self) -> store::Hold<'_> {
+        store::Hold {
             key: &self.key,
             token: &self.token,
             kind: self.kind,
