@@ -176,7 +176,7 @@
 //!
 //! - [`Locker`] (`locker/`), with [`Semaphore`] (`semaphore.rs`), a handle on one
 //!   semaphore: checks keys, options and kinds, keeps reentrancy
-//!   (`reentrancy.rs`) and the leases ([`LockGuard`] in `guard.rs`, the local record in
+//!   (`reentrancy.rs`) and the holds ([`LockGuard`] in `guard.rs`, the local record in
 //!   `hold.rs`, renewed by `watchdog.rs`), and asks its store for the rest, such as
 //!   what an operator sees of a lock ([`Locker::inspect`], a [`LockInfo`] in `info.rs`).
 //! - The store contract, [`backend::Store`] (`backend/store.rs`, documented in
