@@ -25,7 +25,7 @@ pub(crate) enum Handover {
     /// local hand-overs are off.
     Off,
     /// A fair lock handed over to it, not taken up yet.
-    Fair(FairHandOver),
+    Fair(FairHandover),
     /// In line for a local hand-over. `may_hold`: one to it failed in a way that leaves
     /// open whether the owner changed, so if it gives up it releases by its token (which
     /// changes nothing if the lock is not its own).
@@ -44,7 +44,7 @@ pub(crate) enum Handover {
 /// A fair lock handed over to a waiter: its fencing token, and the store's clock (in
 /// microseconds) at the hand-over, from which the waiter reckons when its lease started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FairHandOver {
+pub(crate) struct FairHandover {
     pub(crate) fence: u64,
     pub(crate) at_us: u64,
 }
@@ -75,13 +75,13 @@ pub(crate) enum Wake {
 
 impl Handover {
     /// A fair lock was handed over to the waiter.
-    pub(crate) fn fair(&mut self, handover: FairHandOver) -> Wake {
+    pub(crate) fn fair(&mut self, handover: FairHandover) -> Wake {
         *self = Self::Fair(handover);
         Wake::Yes
     }
 
     /// The fair hand-over, if it came. Taken once.
-    pub(crate) fn take_fair(&mut self) -> Option<FairHandOver> {
+    pub(crate) fn take_fair(&mut self) -> Option<FairHandover> {
         let Self::Fair(handover) = *self else {
             return None;
         };
@@ -177,14 +177,14 @@ impl Handover {
 /// (yet: the message can overtake the reply to the attempt that put it in line; or
 /// never: it went to another process).
 #[derive(Debug, Default)]
-pub(crate) struct Unclaimed(VecDeque<(Box<str>, FairHandOver)>);
+pub(crate) struct Unclaimed(VecDeque<(Box<str>, FairHandover)>);
 
 impl Unclaimed {
     /// How many are kept.
     pub(super) const KEPT: usize = 16;
 
     /// Keeps the hand-over to `token`, forgetting the oldest kept if need be.
-    pub(crate) fn keep(&mut self, token: &str, handover: FairHandOver) {
+    pub(crate) fn keep(&mut self, token: &str, handover: FairHandover) {
         if self.0.len() == Self::KEPT {
             self.0.pop_front();
         }
@@ -192,7 +192,7 @@ impl Unclaimed {
     }
 
     /// The hand-over to `token`, if one was kept. Taken once.
-    pub(crate) fn take(&mut self, token: &str) -> Option<FairHandOver> {
+    pub(crate) fn take(&mut self, token: &str) -> Option<FairHandover> {
         let i = self.0.iter().position(|(t, _)| **t == *token)?;
         self.0.remove(i).map(|(_, handover)| handover)
     }
@@ -221,7 +221,7 @@ mod tests {
             line.expect_fair_handover(&waiter);
             waiter
         };
-        let handover = |fence| FairHandOver { fence, at_us: 7 };
+        let handover = |fence| FairHandover { fence, at_us: 7 };
         let a = fair("a");
         lines.deliver("k", "a", handover(1));
         assert!(signalled(&a), "a hand-over wakes its waiter");

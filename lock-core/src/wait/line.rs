@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::LockKind;
 
-use super::handover::{FairHandOver, Handover, HandoverFailed, Leftover, Unclaimed, Wake};
+use super::handover::{FairHandover, Handover, HandoverFailed, Leftover, Unclaimed, Wake};
 
 /// The local waiters of every lock of one store, by the lock's key in that store. Each
 /// line also carries what the store attaches to it (`L`).
@@ -129,7 +129,7 @@ impl<L: Default> Lines<L> {
     }
 
     /// Hands `key` over to its local fair waiter `token`, waking that waiter alone.
-    pub(crate) fn deliver(&self, key: &str, token: &str, handover: FairHandOver) {
+    pub(crate) fn deliver(&self, key: &str, token: &str, handover: FairHandover) {
         if let Some(line) = self.get(key) {
             line.deliver(token, handover);
         }
@@ -254,7 +254,7 @@ impl Waiter {
     }
 
     /// The fair hand-over to this waiter, if it came. Taken once.
-    pub(crate) fn take_fair_handover(&self) -> Option<FairHandOver> {
+    pub(crate) fn take_fair_handover(&self) -> Option<FairHandover> {
         self.state().handover.take_fair()
     }
 
@@ -453,7 +453,7 @@ impl<L> Line<L> {
     }
 
     /// Hands the lock over to the fair waiter `token`, or keeps the hand-over for it.
-    fn deliver(&self, token: &str, handover: FairHandOver) {
+    fn deliver(&self, token: &str, handover: FairHandover) {
         let mut fair = self.fair();
         match fair.waiting.get(token) {
             Some(waiter) => waiter.transition(|h| ((), h.fair(handover))),

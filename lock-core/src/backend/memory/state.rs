@@ -13,7 +13,7 @@ use crate::LockKind;
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
 use crate::wait::Attempt;
-use crate::wait::handover::FairHandOver;
+use crate::wait::handover::FairHandover;
 
 /// Every lock the store knows of, by name.
 #[derive(Debug, Default)]
@@ -92,7 +92,7 @@ impl Holder {
 
 /// A fair lock handed over to the first in line, to deliver to that waiter once the
 /// state's lock is dropped.
-pub(super) type HandedOver = (Box<str>, FairHandOver);
+pub(super) type HandedOver = (Box<str>, FairHandover);
 
 impl Entry {
     pub(super) fn new(now: Instant) -> Self {
@@ -167,7 +167,7 @@ impl Entry {
             .take(&place.token, LockKind::Fair, &place.term, now, fence_ttl)
             .fence;
         tracing::debug!(fence, "lock handed over to the next in line");
-        let handover = FairHandOver {
+        let handover = FairHandover {
             fence,
             at_us: clock_us,
         };

@@ -55,7 +55,7 @@ impl RedisStore {
         token: &str,
     ) -> Result<bool, LockError> {
         match self.plan_release(key) {
-            ReleasePlan::HandOver(claim) => {
+            ReleasePlan::Handover(claim) => {
                 let span = tracing::debug_span!("lock_handover");
                 self.hand_over(key, token, claim).instrument(span).await
             }

@@ -30,7 +30,7 @@ use crate::wait::line::{Line, Waiter};
 /// What a release of an exclusive lock does.
 pub(super) enum ReleasePlan {
     /// Hand it to this local waiter.
-    HandOver(Claim),
+    Handover(Claim),
     /// Free it, waking one waiting `Locker`.
     Free(OwnWaiters),
 }
@@ -78,7 +78,7 @@ impl RedisStore {
             && let Some(line) = &line
             && let Some(waiter) = line.claim_for_handover(self.local_handovers)
         {
-            return ReleasePlan::HandOver(Claim {
+            return ReleasePlan::Handover(Claim {
                 waiter,
                 reported: false,
             });

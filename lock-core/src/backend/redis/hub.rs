@@ -24,7 +24,7 @@ use super::connection::Endpoint;
 use super::keys::Channels;
 use super::sentinel::in_epoch;
 use super::subscriber::{Event, Subscriber};
-use crate::wait::handover::FairHandOver;
+use crate::wait::handover::FairHandover;
 use crate::wait::line::{Line, Lines};
 
 /// How long a lock's channel stays subscribed after its last local waiter left: a lock
@@ -346,13 +346,13 @@ impl Task {
 
 /// The hand-over a fair release names in its message, `"<token> <fence> <server us>"`;
 /// `None` for a release that freed the lock (an empty message).
-fn fair_handover(payload: &[u8]) -> Option<(&str, FairHandOver)> {
+fn fair_handover(payload: &[u8]) -> Option<(&str, FairHandover)> {
     let mut parts = std::str::from_utf8(payload).ok()?.split(' ');
     let (token, fence, at_us) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
         return None;
     }
-    let handover = FairHandOver {
+    let handover = FairHandover {
         fence: fence.parse().ok()?,
         at_us: at_us.parse().ok()?,
     };
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn fair_handover_messages_name_their_waiter() {
-        let handover = FairHandOver {
+        let handover = FairHandover {
             fence: 1_795_403_503_165_794,
             at_us: 1_795_403_503_519_585,
         };
