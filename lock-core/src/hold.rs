@@ -49,10 +49,10 @@ pub(crate) struct Hold {
     /// Guards alive for this hold; changed under the reentrancy registry's lock.
     pub(crate) holds: AtomicUsize,
     lease_ms: AtomicU64,
-    /// When the lease runs out, as nanoseconds since `epoch`; reckoned from when the
+    /// When the lease runs out, as nanoseconds since `clock_zero`; reckoned from when the
     /// acquiring or renewing command was sent, so it errs early. Unused for a session.
     expires_at: AtomicU64,
-    epoch: Instant,
+    clock_zero: Instant,
     state: AtomicU8,
     /// A renewal of it is in flight.
     pub(crate) renewing: AtomicBool,
@@ -68,7 +68,7 @@ impl Hold {
         context: Context,
         watchdog: bool,
         until: Option<Instant>,
-        epoch: Instant,
+        clock_zero: Instant,
         label: Option<&'static str>,
     ) -> Self {
         let this = Self {
@@ -84,7 +84,7 @@ impl Hold {
             holds: 1.into(),
             lease_ms: AtomicU64::new(0),
             expires_at: AtomicU64::new(0),
-            epoch,
+            clock_zero,
             state: AtomicU8::new(HELD),
             renewing: AtomicBool::new(false),
             changed: Notify::new(),
@@ -116,7 +116,7 @@ impl Hold {
     }
 
     pub(crate) fn expires_at(&self) -> Instant {
-        self.epoch + Duration::from_nanos(self.expires_at.load(Ordering::Acquire))
+        self.clock_zero + Duration::from_nanos(self.expires_at.load(Ordering::Acquire))
     }
 
     /// How long the lease still runs; `None` for a session's hold.
@@ -124,17 +124,17 @@ impl Hold {
         (!self.session).then(|| self.expires_at().saturating_duration_since(Instant::now()))
     }
 
-    /// `at`, moved back to a multiple of `grid` since the Locker's epoch.
+    /// `at`, moved back to a multiple of `grid` since the Locker's clock zero.
     pub(crate) fn snap_down(&self, at: Instant, grid: Duration) -> Instant {
-        let since = at.saturating_duration_since(self.epoch);
+        let since = at.saturating_duration_since(self.clock_zero);
         let grid_ns = grid.as_nanos().max(1);
         let snapped = since.as_nanos() - since.as_nanos() % grid_ns;
-        self.epoch + Duration::from_nanos(u64::try_from(snapped).unwrap_or(u64::MAX))
+        self.clock_zero + Duration::from_nanos(u64::try_from(snapped).unwrap_or(u64::MAX))
     }
 
     /// Records that the lease runs until `until`. Never moves the deadline back.
     pub(crate) fn renewed(&self, until: Instant) {
-        let deadline = until.saturating_duration_since(self.epoch);
+        let deadline = until.saturating_duration_since(self.clock_zero);
         let nanos = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
         self.expires_at.fetch_max(nanos, Ordering::AcqRel);
     }

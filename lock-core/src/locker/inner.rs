@@ -24,7 +24,7 @@ pub(crate) struct Inner {
     /// Releases of dropped guards, under way.
     pub(crate) background: TaskTracker,
     /// The zero of the holds' lease clocks.
-    pub(crate) epoch: Instant,
+    pub(crate) clock_zero: Instant,
 }
 
 impl Inner {
@@ -36,7 +36,7 @@ impl Inner {
             max_key_len,
             holds: Holds::default(),
             background: TaskTracker::new(),
-            epoch: Instant::now(),
+            clock_zero: Instant::now(),
         }
     }
 

@@ -354,7 +354,7 @@ impl Locker {
             Context::current(),
             watchdog,
             until,
-            self.inner.epoch,
+            self.inner.clock_zero,
             label,
         ));
         telemetry::acquired(&hold.key, hold.kind, label, waited);

@@ -68,16 +68,16 @@ pub(crate) enum Leftover {
 
 /// Whether a transition wakes the waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
+pub(crate) enum WakeWaiter {
     No,
     Yes,
 }
 
 impl Handover {
     /// A fair lock was handed over to the waiter.
-    pub(crate) fn fair(&mut self, handover: FairHandover) -> Wake {
+    pub(crate) fn fair(&mut self, handover: FairHandover) -> WakeWaiter {
         *self = Self::Fair(handover);
-        Wake::Yes
+        WakeWaiter::Yes
     }
 
     /// The fair hand-over, if it came. Taken once.
@@ -117,31 +117,31 @@ impl Handover {
 
     /// The claiming release handed the lock over: the owner changed, with fencing token
     /// `fence`, the lease running until `until`.
-    pub(crate) fn handed_over(&mut self, fence: u64, until: Instant) -> (Leftover, Wake) {
+    pub(crate) fn handed_over(&mut self, fence: u64, until: Instant) -> (Leftover, WakeWaiter) {
         match *self {
             Self::Claimed => {
                 *self = Self::HandedOver { fence, until };
-                (Leftover::Nothing, Wake::Yes)
+                (Leftover::Nothing, WakeWaiter::Yes)
             }
             Self::Abandoned => {
                 *self = Self::Done;
-                (Leftover::Release, Wake::No)
+                (Leftover::Release, WakeWaiter::No)
             }
             // Done: it took the lock under its own token meanwhile. The others cannot
             // happen: only the claimant reports.
-            _ => (Leftover::Nothing, Wake::No),
+            _ => (Leftover::Nothing, WakeWaiter::No),
         }
     }
 
     /// The claiming release could not hand the lock over: the waiter is in line again,
     /// in its place, and tries for itself.
-    pub(crate) fn failed(&mut self, why: HandoverFailed) -> Wake {
+    pub(crate) fn failed(&mut self, why: HandoverFailed) -> WakeWaiter {
         if *self != Self::Claimed {
-            return Wake::No;
+            return WakeWaiter::No;
         }
         let may_hold = why == HandoverFailed::NoAnswer;
         *self = Self::Waiting { may_hold };
-        Wake::Yes
+        WakeWaiter::Yes
     }
 
     /// The waiter leaves without the lock.

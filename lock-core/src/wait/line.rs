@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::LockKind;
 
-use super::handover::{FairHandover, Handover, HandoverFailed, Leftover, Unclaimed, Wake};
+use super::handover::{FairHandover, Handover, HandoverFailed, Leftover, Unclaimed, WakeWaiter};
 
 /// The local waiters of every lock of one store, by the lock's key in that store. Each
 /// line also carries what the store attaches to it (`L`).
@@ -241,12 +241,12 @@ impl Waiter {
     }
 
     /// Runs a transition of the waiter's hand-over state, and wakes it if told to.
-    fn transition<R>(&self, f: impl FnOnce(&mut Handover) -> (R, Wake)) -> R {
+    fn transition<R>(&self, f: impl FnOnce(&mut Handover) -> (R, WakeWaiter)) -> R {
         let mut state = self.state();
         let (out, woken) = f(&mut state.handover);
         let waker = match woken {
-            Wake::Yes => state.signal(),
-            Wake::No => None,
+            WakeWaiter::Yes => state.signal(),
+            WakeWaiter::No => None,
         };
         drop(state);
         wake(waker);

@@ -73,7 +73,7 @@ struct Locks {
     fence_ttl: Duration,
     lines: Lines<()>,
     /// The zero of the clock that attempts and hand-overs report.
-    epoch: Instant,
+    clock_zero: Instant,
 }
 
 /// How a lock is released.
@@ -105,7 +105,7 @@ impl MemoryStore {
             state: Mutex::default(),
             fence_ttl,
             lines: Lines::default(),
-            epoch: Instant::now(),
+            clock_zero: Instant::now(),
         };
         Self {
             locks: Arc::new(locks),
@@ -114,7 +114,7 @@ impl MemoryStore {
     }
 
     fn clock_us(&self, now: Instant) -> u64 {
-        u64::try_from((now - self.locks.epoch).as_micros()).unwrap_or(u64::MAX)
+        u64::try_from((now - self.locks.clock_zero).as_micros()).unwrap_or(u64::MAX)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
