@@ -190,7 +190,7 @@ async fn waiters_that_give_up_or_die_do_not_hold_up_the_line() {
         .cmd(&["RPUSH", "lock:{line}:queue", "ghost"])
         .unwrap();
     server
-        .cmd(&["HSET", "lock:{line}:waiters", "ghost", &place])
+        .cmd(&["HSET", "lock:{line}:places", "ghost", &place])
         .unwrap();
 
     let gives_up = tokio::spawn({
@@ -228,7 +228,7 @@ async fn waiters_that_give_up_or_die_do_not_hold_up_the_line() {
         .await
         .expect("the lock went to the dead waiter")
         .unwrap();
-    for key in ["lock:{line}:queue", "lock:{line}:waiters", "lock:{line}"] {
+    for key in ["lock:{line}:queue", "lock:{line}:places", "lock:{line}"] {
         assert_eq!(
             server.cmd(&["EXISTS", key]).unwrap().as_int(),
             Some(0),

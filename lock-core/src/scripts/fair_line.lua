@@ -8,7 +8,7 @@
 -- KEYS[1] lock key        P{K}
 -- KEYS[2] fence counter   P{K}:fence
 -- KEYS[3] line            P{K}:queue     list of waiting tokens, first come first
--- KEYS[4] places          P{K}:waiters   hash: token -> "<runs out, server us>:<lease ms>:<locker>"
+-- KEYS[4] places          P{K}:places    hash: token -> "<runs out, server us>:<lease ms>:<locker>"
 -- KEYS[5] channel         P{K}:released  (a hand-over goes to P{K}:released:<locker>)
 -- KEYS[6] waiting Lockers P{K}:lockers   (so that an exclusive release wakes fair waiters too)
 local lock, counter, line, places, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]

@@ -1,6 +1,6 @@
 //! The fair lock: the exclusive lock's key (so fair and exclusive holds of one key
 //! exclude each other), plus its line of waiting tokens `P{K}:queue` and their places
-//! `P{K}:waiters`. A release hands the lock to the next in line and tells that waiter's
+//! `P{K}:places`. A release hands the lock to the next in line and tells that waiter's
 //! `Locker` alone, on its channel; a waiter's place runs out [`PLACE_IN_LINE`] after it
 //! last asked, so one that died is skipped.
 

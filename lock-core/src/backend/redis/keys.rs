@@ -16,8 +16,8 @@ const LOCKERS: &str = ":lockers";
 /// A fair lock's line of waiting tokens, `P{K}:queue`.
 const QUEUE: &str = ":queue";
 /// A fair lock's places in line (when each runs out, its lease, its `Locker`),
-/// `P{K}:waiters`.
-const PLACES: &str = ":waiters";
+/// `P{K}:places`.
+const PLACES: &str = ":places";
 /// A read-write lock's readers, each with when its lease runs out, `P{K}:readers`.
 const READERS: &str = ":readers";
 /// A read-write lock's waiting writers, each with when it began to ask, `P{K}:writers`.
@@ -160,7 +160,7 @@ mod tests {
         assert_eq!(key.fence(), "lock:{balance:42}:fence");
         assert_eq!(key.lockers(), "lock:{balance:42}:lockers");
         assert_eq!(key.queue(), "lock:{balance:42}:queue");
-        assert_eq!(key.places(), "lock:{balance:42}:waiters");
+        assert_eq!(key.places(), "lock:{balance:42}:places");
         assert_eq!(key.channel(), "lock:{balance:42}:released");
         assert_eq!(key.readers(), "lock:{balance:42}:readers");
         assert_eq!(key.writers(), "lock:{balance:42}:writers");
