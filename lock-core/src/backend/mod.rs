@@ -167,6 +167,7 @@
 
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 pub(crate) mod store;
 
 pub use memory::MemoryStore;
