@@ -1,20 +1,28 @@
 //! One attempt at a lock on every master at once, and what becomes of the grants of an
 //! attempt that falls short or is cut short.
+//!
+//! Every master's ask runs as a task of its own, on RedLock's background tracker (so
+//! [`Store::flush`](crate::backend::Store::flush) waits for it), until the master answers
+//! or its share of the lease runs out: an attempt that goes on once a quorum granted the
+//! lock does not take the other masters' asks with it, so each of them is sent, and a
+//! master that grants the lock later keeps it for the guard to renew and release. Once
+//! the attempt is over, an ask that answers late gives back what its master may hold,
+//! unless the attempt handed the lock over.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::future::join_all;
-use futures_util::stream::FuturesUnordered;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio::time::error::Elapsed;
 
 use super::master::Master;
 use super::quorum::quorum_error;
 use super::{OwnedHold, PER_MASTER, RedLock, fence};
-use crate::LockError;
 use crate::backend::store::{Acquire, Hold};
 use crate::wait::Attempt;
+use crate::{LockError, LockKey};
 
 /// The masters that an acquisition no longer asks: their answer to an earlier attempt
 /// was cut short, and the release that followed may land after a new grant.
@@ -46,6 +54,33 @@ enum Answer {
     Refused(LockError),
     /// It failed, or did not answer in time.
     None,
+}
+
+impl Answer {
+    /// What a master's attempt at lock `key` came to, within its patience.
+    fn of(outcome: Result<Result<Attempt, LockError>, Elapsed>, key: &LockKey) -> Self {
+        match outcome {
+            Ok(Ok(Attempt::Acquired { fence, until })) => Answer::Granted { fence, until },
+            Ok(Ok(Attempt::Held { ttl, .. })) => Answer::Held(ttl),
+            Ok(Err(e)) if e.is_backend() => {
+                tracing::debug!(key = %key, error = %e, "a redlock master failed");
+                Answer::None
+            }
+            // Refused for what was asked (a semaphore of another count): every master
+            // refuses it alike.
+            Ok(Err(e)) => Answer::Refused(e),
+            Err(_) => Answer::None,
+        }
+    }
+
+    /// The master may hold the caller's token: it granted it, or its answer never came.
+    fn may_hold(&self) -> Option<u64> {
+        match self {
+            Answer::Granted { fence, .. } => Some(*fence),
+            Answer::None => Some(0),
+            Answer::Held(_) | Answer::Refused(_) => None,
+        }
+    }
 }
 
 /// The answers to an attempt so far.
@@ -83,67 +118,149 @@ impl Tally {
     }
 }
 
-/// The masters that may hold the caller's token during an attempt: each from when it is
-/// asked until it answers that it does not. Released in the background should the attempt
-/// be cut short before it hands the lock over or gives it back.
-struct Rollback<'a, M: Master> {
-    store: &'a RedLock<M>,
-    request: &'a Acquire,
-    may_hold: Mutex<Vec<usize>>,
+/// What becomes of a grant that lands once its attempt is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// The attempt handed the lock over: a late grant is the guard's to renew and
+    /// release.
+    Kept,
+    /// The attempt fell short or was cut short: a late grant is given back.
+    GivenBack,
 }
 
-impl<'a, M: Master> Rollback<'a, M> {
-    fn new(store: &'a RedLock<M>, request: &'a Acquire) -> Self {
+/// What every ask of one attempt shares.
+struct Asking<M> {
+    masters: Arc<[M]>,
+    request: Acquire,
+    waits_for: Duration,
+    seed: u64,
+    /// Set once the attempt is over.
+    fate: OnceLock<Fate>,
+}
+
+impl<M: Master> Asking<M> {
+    /// Asks master `i`, within its share of the lease, and hands its answer to the
+    /// attempt; if the attempt is over by then, gives back what the master may hold,
+    /// unless the attempt kept late grants.
+    async fn ask(self: Arc<Self>, i: usize, answers: mpsc::UnboundedSender<(usize, Answer)>) {
+        let patience = self.request.lease / PER_MASTER;
+        let attempt = self.masters[i].attempt_seeded(&self.request, self.waits_for, self.seed);
+        let answer = Answer::of(
+            tokio::time::timeout(patience, attempt).await,
+            &self.request.key,
+        );
+        let may_hold = answer.may_hold();
+        if answers.send((i, answer)).is_ok() || self.fate.get() == Some(&Fate::Kept) {
+            return;
+        }
+        if let Some(fence) = may_hold {
+            let hold = OwnedHold::of(&self.request, fence);
+            if let Err(e) = self.masters[i].release(&hold.as_hold()).await {
+                tracing::warn!(key = %hold.key, error = %e, "background release failed; the lease will expire");
+            }
+        }
+    }
+}
+
+/// The asks of one attempt: the answers still to come, and the masters whose answers
+/// came and that may hold the caller's token. Dropped before it hands the lock over or
+/// gives it back (the attempt cut short), it gives back, in the background, whatever
+/// its masters may hold.
+struct Asks<'a, M: Master> {
+    store: &'a RedLock<M>,
+    asking: Arc<Asking<M>>,
+    answers: mpsc::UnboundedReceiver<(usize, Answer)>,
+    /// Masters that answered and may hold the caller's token, each with the token it
+    /// drew (0 where unknown).
+    may_hold: Vec<(usize, u64)>,
+}
+
+impl<'a, M: Master> Asks<'a, M> {
+    /// Asks every master that `tried` still asks, each in a task of its own.
+    fn send(store: &'a RedLock<M>, request: &Acquire, waits_for: Duration, tried: &Tried) -> Self {
+        let asking = Arc::new(Asking {
+            masters: store.masters.clone(),
+            request: request.clone(),
+            waits_for,
+            seed: fence::seed(),
+            fate: OnceLock::new(),
+        });
+        let (sender, answers) = mpsc::unbounded_channel();
+        for i in (0..store.masters.len()).filter(|&i| tried.asks(i)) {
+            store
+                .background
+                .spawn(asking.clone().ask(i, sender.clone()));
+        }
         Self {
             store,
-            request,
-            may_hold: Mutex::default(),
+            asking,
+            answers,
+            may_hold: Vec::new(),
         }
     }
 
-    fn may_hold(&self) -> MutexGuard<'_, Vec<usize>> {
-        // Each update is one push, removal or clear: a poisoned list is still whole.
-        self.may_hold.lock().unwrap_or_else(|e| e.into_inner())
+    /// The next answer; `None` once every master asked has answered.
+    async fn next(&mut self) -> Option<(usize, Answer)> {
+        let (i, answer) = self.answers.recv().await?;
+        if let Some(fence) = answer.may_hold() {
+            self.may_hold.push((i, fence));
+        }
+        Some((i, answer))
     }
 
-    /// Master `i` is asked.
-    fn asked(&self, i: usize) {
-        self.may_hold().push(i);
+    /// The attempt handed the lock over: a grant still to land is the guard's to renew
+    /// and release.
+    fn keep_late_grants(mut self) {
+        let _ = self.asking.fate.set(Fate::Kept);
+        self.may_hold.clear();
     }
 
-    /// Master `i` answered that it does not hold the caller's token.
-    fn forget(&self, i: usize) {
-        self.may_hold().retain(|&m| m != i);
-    }
-
-    /// Releases in the background every master that may hold the caller's token but
-    /// those of `granted`, which the caller gives back itself.
-    fn release_all_but(&self, granted: &[(usize, u64)]) {
-        self.may_hold().retain(|&i| {
-            let kept = granted.iter().any(|&(g, _)| g == i);
-            if !kept {
-                self.release_detached(i);
-            }
-            kept
+    /// Gives back, on every master in `granted`, the hold an attempt that fell short took
+    /// there, each within its share of the lease, and in the background on the masters
+    /// that did not answer (their grant may land later). A master that does not answer in
+    /// time is not asked again during this acquisition (its release may land later).
+    async fn give_back(mut self, granted: &[(usize, u64)], tried: &mut Tried) {
+        let request = &self.asking.request;
+        let patience = request.lease / PER_MASTER;
+        let masters = &self.store.masters;
+        let releases = granted.iter().map(|&(i, fence)| async move {
+            let hold = Hold {
+                key: &request.key,
+                token: &request.token,
+                kind: request.kind,
+                fence,
+            };
+            let released = tokio::time::timeout(patience, masters[i].release(&hold)).await;
+            (i, released.is_ok())
         });
-    }
-
-    /// The attempt handed the lock over, or gave it back: nothing to release. A grant of
-    /// a lock handed over that is still to land is the guard's to renew and release.
-    fn disarm(&self) {
-        self.may_hold().clear();
-    }
-
-    fn release_detached(&self, i: usize) {
-        self.store
-            .release_detached(i, OwnedHold::of(self.request, 0));
+        for (i, answered) in join_all(releases).await {
+            if !answered {
+                tried.stop_asking(i);
+            }
+        }
+        // Given back, or not to be asked again: the others go as the asks drop.
+        self.may_hold
+            .retain(|(i, _)| !granted.iter().any(|(g, _)| g == i));
     }
 }
 
-impl<M: Master> Drop for Rollback<'_, M> {
+impl<M: Master> Drop for Asks<'_, M> {
     fn drop(&mut self) {
-        for &i in self.may_hold().iter() {
-            self.release_detached(i);
+        let fate = *self.asking.fate.get_or_init(|| Fate::GivenBack);
+        // No answer is sent from here on: those sent already are given back here, the
+        // others by their asks.
+        self.answers.close();
+        if fate == Fate::Kept {
+            return;
+        }
+        while let Ok((i, answer)) = self.answers.try_recv() {
+            if let Some(fence) = answer.may_hold() {
+                self.may_hold.push((i, fence));
+            }
+        }
+        for &(i, fence) in &self.may_hold {
+            let hold = OwnedHold::of(&self.asking.request, fence);
+            self.store.release_detached(i, hold);
         }
     }
 }
@@ -158,45 +275,12 @@ impl<M: Master> RedLock<M> {
         waits_for: Duration,
         tried: &mut Tried,
     ) -> Result<Attempt, LockError> {
-        let patience = request.lease / PER_MASTER;
-        let seed = fence::seed();
-        let rollback = Rollback::new(self, request);
-        let asks = self.masters.iter().enumerate().map(|(i, master)| {
-            let asked = tried.asks(i);
-            let rollback = &rollback;
-            async move {
-                if !asked {
-                    return (i, Answer::None);
-                }
-                rollback.asked(i);
-                let attempt = master.attempt_seeded(request, waits_for, seed);
-                let answer = tokio::time::timeout(patience, attempt).await;
-                let answer = match answer {
-                    Ok(Ok(Attempt::Acquired { fence, until })) => Answer::Granted { fence, until },
-                    Ok(Ok(Attempt::Held { ttl, .. })) => {
-                        rollback.forget(i);
-                        Answer::Held(ttl)
-                    }
-                    Ok(Err(e)) if e.is_backend() => {
-                        tracing::debug!(key = %request.key, error = %e, "a redlock master failed");
-                        Answer::None
-                    }
-                    // Refused for what was asked (a semaphore of another count): every
-                    // master refuses it alike.
-                    Ok(Err(e)) => {
-                        rollback.forget(i);
-                        Answer::Refused(e)
-                    }
-                    Err(_) => Answer::None,
-                };
-                (i, answer)
-            }
-        });
-        let mut asks: FuturesUnordered<_> = asks.collect();
+        let mut asks = Asks::send(self, request, waits_for, tried);
         let needed = self.quorum(request.kind);
         let mut tally = Tally::default();
-        // Until a quorum granted: the others' answers are not waited for. A late grant
-        // holds the caller's token, and the guard renews and releases on every master.
+        // Until a quorum granted: the others' answers are not waited for. Their asks go
+        // on; a late grant holds the caller's token, and the guard renews and releases it
+        // on every master.
         while tally.granted.len() < needed
             && let Some((i, answer)) = asks.next().await
         {
@@ -207,7 +291,7 @@ impl<M: Master> RedLock<M> {
             && self.fence_raised(request, &tally.granted).await
             && until > Instant::now()
         {
-            rollback.disarm();
+            asks.keep_late_grants();
             return Ok(Attempt::Acquired {
                 fence: self.fence(&tally.granted),
                 until,
@@ -224,8 +308,7 @@ impl<M: Master> RedLock<M> {
             refused,
             ..
         } = tally;
-        drop(asks);
-        self.roll_back(request, &granted, rollback, tried).await;
+        asks.give_back(&granted, tried).await;
         if let Some(e) = refused {
             return Err(e);
         }
@@ -237,36 +320,5 @@ impl<M: Master> RedLock<M> {
             ttl: holder_ttl,
             clock: None,
         })
-    }
-
-    /// Gives back, on every master in `granted`, the hold an attempt that fell short took
-    /// there, each within its share of the lease, and in the background on the masters
-    /// that did not answer (their grant may land later). A master that does not answer in
-    /// time is not asked again during this acquisition (its release may land later).
-    async fn roll_back(
-        &self,
-        request: &Acquire,
-        granted: &[(usize, u64)],
-        rollback: Rollback<'_, M>,
-        tried: &mut Tried,
-    ) {
-        rollback.release_all_but(granted);
-        let patience = request.lease / PER_MASTER;
-        let releases = granted.iter().map(|&(i, fence)| async move {
-            let hold = Hold {
-                key: &request.key,
-                token: &request.token,
-                kind: request.kind,
-                fence,
-            };
-            let released = tokio::time::timeout(patience, self.masters[i].release(&hold)).await;
-            (i, released.is_ok())
-        });
-        for (i, answered) in join_all(releases).await {
-            if !answered {
-                tried.stop_asking(i);
-            }
-        }
-        rollback.disarm();
     }
 }

@@ -12,8 +12,10 @@
 //!   acquisition, so that a late release can never undo a later grant;
 //! - the lock is taken when a quorum granted it and it is still valid: it runs until the
 //!   quorum-th latest of their leases (each reckoned from when its command was sent) less
-//!   the drift allowance. The other masters' answers are not waited for: one that grants
-//!   it late holds the caller's token, which the guard renews and releases everywhere.
+//!   the drift allowance. The other masters' answers are not waited for, but their asks
+//!   go on in the background until each answers or its share of the lease runs out: one
+//!   that grants it late holds the caller's token, which the guard renews and releases
+//!   everywhere.
 //!   Otherwise every master that granted it releases it before the next attempt;
 //! - its fencing token is reckoned from the granting masters' tokens ([`fence`]);
 //! - renewals, `extend` and `is_held` need the quorum too; a lease that loses it is lost.
@@ -92,7 +94,7 @@ pub(crate) struct RedLock<M: Master> {
     /// The waiters of this `Locker`, which every master wakes.
     lines: Arc<Lines<M::Listening>>,
     settings: Settings,
-    /// Releases that outlive the attempt that started them.
+    /// Work that outlives the attempt that started it: the masters' asks, and releases.
     background: TaskTracker,
 }
 
@@ -131,13 +133,7 @@ impl<M: Master> RedLock<M> {
         };
         self.background.spawn_on(
             async move {
-                let hold = Hold {
-                    key: &hold.key,
-                    token: &hold.token,
-                    kind: hold.kind,
-                    fence: hold.fence,
-                };
-                if let Err(e) = masters[i].release(&hold).await {
+                if let Err(e) = masters[i].release(&hold.as_hold()).await {
                     tracing::warn!(key = %hold.key, error = %e, "background release failed; the lease will expire");
                 }
             },
@@ -164,6 +160,15 @@ impl OwnedHold {
             token: request.token.clone(),
             kind: request.kind,
             fence,
+        }
+    }
+
+    fn as_hold(&self) -> Hold<'_> {
+        Hold {
+            key: &self.key,
+            token: &self.token,
+            kind: self.kind,
+            fence: self.fence,
         }
     }
 }
@@ -246,7 +251,7 @@ impl<M: Master> Store for RedLock<M> {
         })
     }
 
-    /// Its own background releases, then each master's background work.
+    /// Its own background work (asks and releases), then each master's.
     fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             self.background.close();
