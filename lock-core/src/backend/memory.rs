@@ -18,6 +18,8 @@ use crate::wait::line::{Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
+mod master;
+
 /// Locks kept in this process's memory, with the same semantics as Redis (leases, fencing
 /// tokens, wake-ups, fair lines, errors) on tokio's clock, so `tokio::time::pause()`
 /// applies. [`Locker::in_memory`](crate::Locker::in_memory) makes one per `Locker`; share

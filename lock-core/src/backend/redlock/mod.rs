@@ -123,6 +123,12 @@ impl<M: Master> RedLock<M> {
         }
     }
 
+    /// Master `i`, for tests that change it behind RedLock's back.
+    #[cfg(test)]
+    pub(crate) fn master(&self, i: usize) -> &M {
+        &self.masters[i]
+    }
+
     /// Releases `hold` on master `i` in the background, counted for [`Store::flush`]: it
     /// may hold what an attempt took and did not keep.
     fn release_detached(&self, i: usize, hold: OwnedHold) {
