@@ -24,7 +24,7 @@
 //! `⌊p·n/(p+1)⌋ + 1` of `n` masters so that `p + 1` holders can never each have theirs
 //! ([`quorum`]).
 //!
-//! The masters are any stores that implement [`Master`](master::Master): a [`Store`] with
+//! The masters are any stores that implement [`Master`]: a [`Store`] with
 //! what one lock over several stores needs besides (the module docs of [`master`] say
 //! why `Store` alone is not enough). Nothing here knows which store they are:
 //! [`RedLockStore`](crate::backend::RedLockStore), over Redis masters, is the one this
