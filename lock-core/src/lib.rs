@@ -185,12 +185,12 @@
 //!   has; asking for another is [`LockError::Unsupported`].
 //! - The stores: `backend/redis/` (one file per concern: its settings in `builder.rs`,
 //!   the deployment, connection, scripts, keys, the pub/sub hub, each lock kind, and the
-//!   hand-over optimisations), `backend/redlock/` (a lock on a quorum of independent
-//!   masters, [`backend::RedLockStore`], configured in `builder.rs`, each master spoken
-//!   to through the interface of `master.rs`) and `backend/memory.rs`
-//!   ([`backend::MemoryStore`]). [`LockerBuilder`]
-//!   (`locker/builder.rs`) holds the defaults every store shares, and shorthands that
-//!   fill in a store's builder.
+//!   hand-over optimisations; `redlock.rs` holds a lock on a quorum of independent
+//!   Redis masters, [`backend::RedLockStore`], configured in `redlock/builder.rs`) and
+//!   `backend/memory.rs` ([`backend::MemoryStore`]). The quorum itself is
+//!   `backend/redlock/`, over any masters that implement its interface (`master.rs`).
+//!   [`LockerBuilder`] (`locker/builder.rs`) holds the defaults every store shares, and
+//!   shorthands that fill in a store's builder.
 //! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
 //!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
 //!   (`mod.rs`). A store that waits on the server side (a blocking `GET_LOCK`, a
