@@ -189,8 +189,10 @@
 //!   masters, [`backend::RedLockStore`], configured in `redlock/builder.rs`) and
 //!   `backend/memory/` ([`backend::MemoryStore`]; one file per concern: the admission
 //!   rule every kind shares, each lock's state, the fence counter, wake-ups and
-//!   sessions). [`LockerBuilder`] (`locker/builder.rs`) holds the defaults every store
-//!   shares, and shorthands that fill in a store's builder.
+//!   sessions). The quorum itself is `backend/redlock/`, over any masters that
+//!   implement its interface (`master.rs`). [`LockerBuilder`] (`locker/builder.rs`)
+//!   holds the defaults every store shares, and shorthands that fill in a store's
+//!   builder.
 //! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
 //!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
 //!   (`mod.rs`). A store that waits on the server side (a blocking `GET_LOCK`, a

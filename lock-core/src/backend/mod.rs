@@ -166,8 +166,10 @@
 //! | **wake-ups**: an exclusive release wakes one waiting `Locker`; a write's release, or the last read's, wakes every waiter but the writers, and the writer that has waited longest; another read's wakes nobody; a permit's wakes one | `release.lua`, `write_release.lua`, `shared_release.lua` | `wake.rs`: `Wake::after_release` |
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |
 
+pub(crate) mod fence;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 pub(crate) mod store;
 
 pub use memory::MemoryStore;

@@ -118,7 +118,7 @@ pub(crate) fn unsupported<S: Store + ?Sized>(
 }
 
 /// A request to take a lock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Acquire {
     /// The lock.

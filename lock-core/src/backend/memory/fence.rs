@@ -1,9 +1,11 @@
 //! A lock's fence counter, from which each holder draws its fencing token, as Redis's
 //! `fence.lua` keeps it.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::backend::fence::wall_clock_us;
 
 /// The last fencing token drawn for one lock, and until when it is kept.
 #[derive(Debug)]
@@ -28,7 +30,7 @@ impl Fence {
         if fresh {
             // A counter that expired starts again from the wall clock in microseconds,
             // as the Redis script does, so tokens never go backwards.
-            self.last = self.last.max(wall_clock_micros());
+            self.last = self.last.max(wall_clock_us());
         }
         self.last += 1;
         // As on Redis: renewed every 64 tokens (and at least for the lease drawn).
@@ -46,14 +48,17 @@ impl Fence {
         self.expires_at <= now
     }
 
+    /// Raises the counter to at least `to`, so that the next token drawn is greater; a
+    /// counter that ran out by `now` is kept `ttl` from now, as a new one.
+    pub(super) fn raise(&mut self, now: Instant, to: u64, ttl: Duration) {
+        if self.expired(now) {
+            self.expires_at = now + ttl;
+        }
+        self.last = self.last.max(to);
+    }
+
     /// Keeps the counter at least `ttl` from `now`.
     pub(super) fn keep(&mut self, now: Instant, ttl: Duration) {
         self.expires_at = self.expires_at.max(now + ttl);
     }
-}
-
-fn wall_clock_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

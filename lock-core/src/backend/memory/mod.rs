@@ -12,6 +12,7 @@
 
 mod admission;
 mod fence;
+mod master;
 mod session;
 mod state;
 mod wake;
@@ -440,16 +441,26 @@ impl ClientWait for MemoryStore {
     }
 
     fn left(&self, left: Left<'_, ()>) {
-        if !left.held {
-            match left.kind {
-                LockKind::Fair => {
-                    self.release(left.line.key(), left.token, Release::Leave);
-                }
-                LockKind::Write => self.stop_waiting_to_write(left.line.key(), left.token),
-                _ => {}
-            }
-        }
+        self.leave_store_line(&left);
         self.locks.lines.leave(left.line, WhenEmpty::Remove, |_| {});
+    }
+}
+
+impl MemoryStore {
+    /// What a waiter that gave up leaves behind in the store: a fair waiter's place in
+    /// line (and a lock handed over to it meanwhile), a writer's among the waiting
+    /// writers.
+    fn leave_store_line(&self, left: &Left<'_, ()>) {
+        if left.held {
+            return;
+        }
+        match left.kind {
+            LockKind::Fair => {
+                self.release(left.line.key(), left.token, Release::Leave);
+            }
+            LockKind::Write => self.stop_waiting_to_write(left.line.key(), left.token),
+            _ => {}
+        }
     }
 }
 

@@ -16,7 +16,8 @@
 //! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
 //!   [`subscriber`]: to one server, or sharded over a Redis Cluster;
 //! - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
-//!   builder.
+//!   builder; [`master`]: a store of this kind as one of those masters, spoken to
+//!   through the interface of [`crate::backend::redlock`].
 //!
 //! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
 //! attempts, and the hub wakes its waiters.
@@ -46,6 +47,7 @@ mod fair;
 mod handover;
 mod hub;
 mod keys;
+mod master;
 mod read_write;
 mod redlock;
 mod scripts;
@@ -248,7 +250,7 @@ impl RedisStore {
     }
 
     /// Opens the commands' connection and loads the scripts, within the connect timeout.
-    pub(super) async fn ready(&self) -> Result<(), LockError> {
+    pub(crate) async fn ready(&self) -> Result<(), LockError> {
         let connect_timeout = self.connection.connect_timeout();
         match tokio::time::timeout(connect_timeout, self.load_scripts()).await {
             Ok(result) => result,
@@ -422,26 +424,6 @@ impl RedisStore {
                     .await
             }
         }
-    }
-
-    /// Raises lock `key`'s fence counter to at least `fence`, so that every later token
-    /// of this server exceeds it.
-    async fn raise_fence(
-        &self,
-        key: &LockKey,
-        fence: u64,
-        lease: Duration,
-    ) -> Result<(), LockError> {
-        let key = self.key(key);
-        let mut call = self.scripts.raise_fence.key(key.fence());
-        call.arg(fence).arg(self.fence_ttl_ms(lease));
-        self.connection
-            .run("raise a fence counter", |mut conn| {
-                let call = &call;
-                async move { call.invoke_async::<i64, _>(&mut conn).await }
-            })
-            .await?;
-        Ok(())
     }
 
     /// Who holds lock `key` on this server, if anyone, read in one call that changes

@@ -326,7 +326,9 @@ impl FromRedisValue for AcquireReply {
             (1, fence) => Ok(Self::Taken {
                 fence: positive(fence)?,
             }),
-            (0, pttl) => Ok(Self::Held { ttl: millis(pttl) }),
+            (0, pttl) => Ok(Self::Held {
+                ttl: pttl_left(pttl),
+            }),
             (-1, count) => Ok(Self::Miscounted {
                 permits: u32::try_from(count)
                     .map_err(|_| format!("{count} is not a semaphore's count"))?,
@@ -372,10 +374,10 @@ impl FromRedisValue for FairAcquireReply {
         match <(i64, i64, i64)>::from_redis_value(v)? {
             (1, fence, pttl) => Ok(Self::Taken {
                 fence: positive(fence)?,
-                left: millis(pttl).unwrap_or_default(),
+                left: pttl_left(pttl).unwrap_or_default(),
             }),
             (0, pttl, now_us) => Ok(Self::Held {
-                ttl: millis(pttl),
+                ttl: pttl_left(pttl),
                 now_us: positive(now_us)?,
             }),
             other => Err(format!("unexpected fair acquire reply {other:?}").into()),
@@ -416,7 +418,7 @@ impl FromRedisValue for Seen {
             lockers,
             holders: holders
                 .into_iter()
-                .map(|(token, left)| (token, millis(left)))
+                .map(|(token, left)| (token, pttl_left(left)))
                 .collect(),
             fence,
         })
@@ -455,7 +457,7 @@ fn positive(n: i64) -> Result<u64, ParsingError> {
 }
 
 /// A `PTTL` reply: `None` for a key with no expiry (or none at all).
-fn millis(pttl: i64) -> Option<Duration> {
+fn pttl_left(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 

@@ -1,12 +1,15 @@
 //! Configuring RedLock: its masters, each configured as a Redis store of its own, and how
 //! far clocks may drift apart.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Drift, RedLockStore};
+use futures_util::future::join_all;
+
+use super::RedLockStore;
 use crate::LockError;
-use crate::backend::redis::RedisStoreBuilder;
-use crate::backend::redis::deployment::Deployment;
+use crate::backend::redis::{RedisStore, RedisStoreBuilder};
+use crate::backend::redlock::{Drift, RedLock, Settings, majority};
 
 /// Configures a [`RedLockStore`]: its masters, an odd number of them, at least 3, each a
 /// [`RedisStoreBuilder`] with the [`url`](RedisStoreBuilder::url) (or the
@@ -97,21 +100,37 @@ impl RedLockStoreBuilder {
                 drift.per_lease
             )));
         }
-        let configs = self
+        let lines = Arc::default();
+        let masters = self
             .masters
             .into_iter()
-            .map(|master| {
-                // A release on one master cannot hand the lock over on the others.
-                let config = master.local_handovers(0).config()?;
-                match config.deployment {
-                    Deployment::Url(_) | Deployment::Pool { .. } => Ok(config),
-                    Deployment::Sentinel(_) | Deployment::Cluster(_) => Err(LockError::Config(
-                        "a redlock master is one server, given by url(..) or pool(..), not sentinel(..) or cluster(..)"
-                            .into(),
-                    )),
-                }
-            })
+            .map(|master| RedisStore::redlock_master(master, &lines))
             .collect::<Result<Vec<_>, _>>()?;
-        RedLockStore::connect(configs, drift).await
+        let settings = Settings {
+            drift,
+            patience: masters[0].connect_timeout(),
+            safety_poll: masters[0].safety_poll(),
+        };
+        connect(&masters).await?;
+        Ok(RedLockStore(RedLock::new(masters, lines, settings)))
     }
+}
+
+/// Connects to every master at once; fails unless a majority answer within the connect
+/// timeout. The others are connected to when they come back.
+async fn connect(masters: &[RedisStore]) -> Result<(), LockError> {
+    let answers = join_all(masters.iter().map(RedisStore::ready)).await;
+    let answered = answers.iter().filter(|a| a.is_ok()).count();
+    let needed = majority(masters.len());
+    if answered < needed {
+        let cause = answers.into_iter().find_map(Result::err);
+        return Err(LockError::backend(
+            format!(
+                "cannot connect to a majority of the redlock masters: {answered} of {} answered, {needed} needed",
+                masters.len()
+            ),
+            cause.map_or_else(|| "no answer".to_owned(), |e| e.to_string()),
+        ));
+    }
+    Ok(())
 }
