@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
-use lock_tests::{RedisServer, ValueExt, eventually};
+use lock_tests::{RedisServer, ValueExt, eventually, lock_holder, lock_key};
 use tokio::time::{Instant, sleep, timeout};
 
 const MASTERS: usize = 5;
@@ -25,17 +25,10 @@ async fn redlock(masters: &[RedisServer]) -> Locker {
         .expect("connect to the test masters")
 }
 
-/// The token that holds exclusive lock `key` on `master`, if any.
-fn holder(master: &RedisServer, key: &str) -> Option<String> {
-    let reply = master.cmd(&["GET", &format!("lock:{{{key}}}")]).unwrap();
-    reply.as_str().map(str::to_owned)
-}
-
 /// Sets exclusive lock `key` on `master` as held by someone else, for 10 s.
 fn hold_elsewhere(master: &RedisServer, key: &str) {
-    let key = format!("lock:{{{key}}}");
     master
-        .cmd(&["SET", &key, "someone-else", "PX", "10000"])
+        .cmd(&["SET", &lock_key(key), "someone-else", "PX", "10000"])
         .unwrap();
 }
 
@@ -44,7 +37,7 @@ async fn released_on(guard: LockGuard, running: &[RedisServer]) {
     guard.release().await.unwrap();
     for master in running {
         assert_eq!(
-            holder(master, "k"),
+            lock_holder(master, "k"),
             None,
             "released on every running master"
         );
@@ -53,7 +46,7 @@ async fn released_on(guard: LockGuard, running: &[RedisServer]) {
 
 async fn until_free_on(master: &RedisServer, key: &str) {
     eventually(Duration::from_secs(5), "the master let the lock go", || {
-        std::future::ready(holder(master, key).is_none())
+        std::future::ready(lock_holder(master, key).is_none())
     })
     .await;
 }
@@ -67,9 +60,9 @@ async fn takes_a_lock_with_two_masters_paused_and_releases_it_everywhere() {
     masters[1].pause();
 
     let guard = locker.lock("k").await.unwrap();
-    let token = holder(&masters[2], "k").expect("held on a running master");
+    let token = lock_holder(&masters[2], "k").expect("held on a running master");
     for master in &masters[2..] {
-        assert_eq!(holder(master, "k").as_deref(), Some(&*token));
+        assert_eq!(lock_holder(master, "k").as_deref(), Some(&*token));
     }
     assert!(other.try_lock("k").await.unwrap().is_none(), "two holders");
     assert!(guard.is_held().await.unwrap());
@@ -95,7 +88,7 @@ async fn late_grants_are_kept_and_renewed() {
     masters[3].pause();
     masters[4].pause();
     let guard = locker.lock("k").await.unwrap();
-    let token = holder(&masters[0], "k").expect("held on the first quorum");
+    let token = lock_holder(&masters[0], "k").expect("held on the first quorum");
     // Every master's ask is sent, even once the quorum answered: the paused masters run
     // theirs as they resume. Generous, for a loaded machine.
     masters[3].resume();
@@ -104,7 +97,7 @@ async fn late_grants_are_kept_and_renewed() {
         eventually(
             Duration::from_secs(30),
             "the late master to grant it",
-            || std::future::ready(holder(master, "k").as_deref() == Some(&*token)),
+            || std::future::ready(lock_holder(master, "k").as_deref() == Some(&*token)),
         )
         .await;
     }
@@ -156,7 +149,7 @@ async fn fails_at_once_with_quorum_when_three_masters_are_down() {
     );
     // What the two running masters granted was given back.
     for master in &masters[3..] {
-        assert_eq!(holder(master, "k"), None);
+        assert_eq!(lock_holder(master, "k"), None);
     }
     masters[2].resume();
 }
@@ -176,10 +169,10 @@ async fn a_partial_grant_is_rolled_back_on_every_master() {
     assert!(err.is_timeout(), "{err}");
     // An attempt the deadline cut short gives back what it took in the background.
     locker.flush().await;
-    assert_eq!(holder(&masters[2], "k"), None, "kept on master 2");
-    assert_eq!(holder(&masters[3], "k"), None, "kept on master 3");
+    assert_eq!(lock_holder(&masters[2], "k"), None, "kept on master 2");
+    assert_eq!(lock_holder(&masters[3], "k"), None, "kept on master 3");
     for master in &masters[..2] {
-        assert_eq!(holder(master, "k").as_deref(), Some("someone-else"));
+        assert_eq!(lock_holder(master, "k").as_deref(), Some("someone-else"));
     }
     masters[4].resume();
     until_free_on(&masters[4], "k").await;
@@ -252,7 +245,7 @@ async fn with_lock_is_cancelled_when_the_quorum_is_lost() {
     eventually(
         Duration::from_secs(5),
         "the body runs under the lock",
-        || std::future::ready(holder(&masters[3], "k").is_some()),
+        || std::future::ready(lock_holder(&masters[3], "k").is_some()),
     )
     .await;
     masters[0].pause();
