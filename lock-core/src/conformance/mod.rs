@@ -64,7 +64,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::{DEFAULT_MAX_KEY_LEN, LockError, LockKind, LockOptions, Locker};
+use crate::{DEFAULT_MAX_KEY_LEN, LockError, LockGuard, LockKind, LockOptions, Locker};
 
 mod ending;
 mod fair;
@@ -343,10 +343,9 @@ pub async fn a_wait_for_a_held_key_ends_in_timeout(store: &impl StoreUnderTest) 
 pub async fn a_release_wakes_a_waiter_promptly(store: &impl StoreUnderTest) {
     /// Time for the waiter to try, listen and try again; had it not parked by the
     /// release, it takes the lock on an attempt of its own (which passes, proving less).
+    /// A waiter parked this long before the release polls no earlier than 600 ms after
+    /// it.
     const PARK: Duration = Duration::from_millis(150);
-    /// Well within the safety poll (about 1 s), which a waiter parked `PARK` before the
-    /// release makes no earlier than 600 ms after it.
-    const PROMPT: Duration = Duration::from_millis(500);
     let [a, b] = two(store).await;
     let held = a
         .lock_with("wake", LockOptions::new().lease(30 * SEC))
@@ -370,25 +369,13 @@ pub async fn a_release_wakes_a_waiter_promptly(store: &impl StoreUnderTest) {
         join(waiter).await;
         panic!("the waiter got a held lock");
     }
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let got = timeout(PATIENCE, join(waiter))
-        .await
-        .expect("the waiter never got the released lock");
-    let after = got.saturating_duration_since(released);
-    assert!(
-        after <= PROMPT,
-        "the waiter got the lock {after:?} after its release: it was not woken by the \
-         release (a poll found it; the safety poll is about 1 s)"
-    );
+    release_and_see_it_woken(held, waiter).await;
 }
 
 /// A waiter whose wake-ups were cut (Redis: its `Locker`'s pub/sub connection killed)
 /// listens again on its own, and the next release wakes it, well before a poll would.
 /// Nothing to check for a store that has no channel to cut.
 pub async fn a_waiter_is_woken_after_its_wake_ups_were_cut(store: &impl StoreUnderTest) {
-    /// Well within the safety poll (about 1 s).
-    const PROMPT: Duration = Duration::from_millis(500);
     let [a, b] = two(store).await;
     let held = a
         .lock_with("cut", LockOptions::new().lease(30 * SEC))
@@ -409,17 +396,7 @@ pub async fn a_waiter_is_woken_after_its_wake_ups_were_cut(store: &impl StoreUnd
         return;
     }
     assert!(!waiter.is_finished(), "the waiter got a held lock");
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let got = timeout(PATIENCE, join(waiter))
-        .await
-        .expect("the waiter never got the released lock");
-    let after = got.saturating_duration_since(released);
-    assert!(
-        after <= PROMPT,
-        "the waiter got the lock {after:?} after its release: its wake-ups were not \
-         restored (a poll found it; the safety poll is about 1 s)"
-    );
+    release_and_see_it_woken(held, waiter).await;
 }
 
 /// An operator forces a lock open: another `Locker`'s waiter gets it at once, the
@@ -871,6 +848,24 @@ fn spawn_waiter(locker: &Locker, key: &str, cut: Option<Duration>) -> JoinHandle
         drop(taken.unwrap());
         true
     })
+}
+
+/// Releases `held`, and checks that `waiter` (a task that answers when it got the lock)
+/// got it well within the safety poll (about 1 s): the release woke it, where a poll
+/// would have come later.
+async fn release_and_see_it_woken(held: LockGuard, waiter: JoinHandle<Instant>) {
+    const PROMPT: Duration = Duration::from_millis(500);
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let got = timeout(PATIENCE, join(waiter))
+        .await
+        .expect("the waiter never got the released lock");
+    let after = got.saturating_duration_since(released);
+    assert!(
+        after <= PROMPT,
+        "the waiter got the lock {after:?} after its release: the release did not wake \
+         it (a poll found it; the safety poll is about 1 s)"
+    );
 }
 
 /// Whether another task could take `key` on `locker` right now (taken and released).

@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use super::state::Entry;
 use crate::backend::redlock::master::{Holders, LastWaiter, Master};
 use crate::backend::store::Acquire;
 use crate::wait::{Attempt, Left};
@@ -33,11 +32,7 @@ impl MemoryStore {
     fn raise_counter(&self, key: &Arc<str>, fence: u64, lease: Duration, when: Raise) {
         let now = Instant::now();
         let mut state = self.state();
-        let entry = state
-            .entries
-            .entry(key.clone())
-            .or_insert_with(|| Entry::new(now));
-        entry.prune(now);
+        let entry = state.entry(key, now);
         if when == Raise::IfRanOut && !entry.fence.expired(now) {
             return;
         }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::session::{Ends, Terms};
-use self::state::{Entry, Holder, State};
+use self::state::{Holder, State};
 use self::wake::Wake;
 use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::options::DEFAULT_FENCE_TTL;
@@ -141,11 +141,7 @@ impl MemoryStore {
         let attempt = {
             let mut state = self.state();
             state.sweep(now);
-            let entry = state
-                .entries
-                .entry(key.clone())
-                .or_insert_with(|| Entry::new(now));
-            entry.prune(now);
+            let entry = state.entry(key, now);
             if let LockKind::Semaphore { permits } = request.kind {
                 let count = *entry.permits.get_or_insert(permits);
                 if count != permits {
@@ -307,11 +303,7 @@ impl MemoryStore {
         let now = Instant::now();
         {
             let mut state = self.state();
-            let entry = state
-                .entries
-                .entry(key.clone())
-                .or_insert_with(|| Entry::new(now));
-            entry.prune(now);
+            let entry = state.entry(key, now);
             entry.permits = Some(permits);
             entry.fence.keep(now, self.locks.fence_ttl);
         }

@@ -23,6 +23,17 @@ pub(super) struct State {
 }
 
 impl State {
+    /// Lock `key`'s entry, made if it has none, with the holders whose hold ended by `now`
+    /// dropped.
+    pub(super) fn entry(&mut self, key: &Arc<str>, now: Instant) -> &mut Entry {
+        let entry = self
+            .entries
+            .entry(key.clone())
+            .or_insert_with(|| Entry::new(now));
+        entry.prune(now);
+        entry
+    }
+
     /// Forgets locks that are free and whose fence counter expired, once the map has
     /// seen as many acquisitions as it has entries (amortised O(1) per acquisition).
     pub(super) fn sweep(&mut self, now: Instant) {
