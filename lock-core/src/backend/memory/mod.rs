@@ -28,7 +28,6 @@ use self::state::{Entry, Holder, State};
 use self::wake::Wake;
 use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::options::DEFAULT_FENCE_TTL;
-use crate::semaphore::miscounted;
 use crate::wait::handover::Handover;
 use crate::wait::line::{Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
@@ -149,7 +148,7 @@ impl MemoryStore {
             if let LockKind::Semaphore { permits } = request.kind {
                 let count = *entry.permits.get_or_insert(permits);
                 if count != permits {
-                    return Err(miscounted(&request.key, count, permits));
+                    return Err(LockError::miscounted(&request.key, count, permits));
                 }
             }
             let handed_over = if fair { entry.holder(token, now) } else { None };

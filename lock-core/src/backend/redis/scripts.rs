@@ -15,7 +15,6 @@ use super::sentinel::in_epoch;
 use super::slots::per_node;
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
-use crate::semaphore::miscounted;
 use crate::wait::Attempt;
 use crate::{HolderInfo, LockError, LockInfo, LockKind};
 use tokio::time::Instant;
@@ -352,7 +351,7 @@ impl AcquireReply {
                     LockKind::Semaphore { permits } => permits,
                     _ => 0,
                 };
-                Err(miscounted(&request.key, permits, asked))
+                Err(LockError::miscounted(&request.key, permits, asked))
             }
         }
     }
