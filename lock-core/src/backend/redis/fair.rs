@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
+use super::fencing::FenceSeed;
 use super::keys::RedisKey;
-use super::scripts::{FairAcquireReply, FenceSeed};
+use super::scripts::FairAcquireReply;
 use super::scripts::{LockScript, ScriptCall};
 use super::{CutShort, PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
 use crate::LockError;

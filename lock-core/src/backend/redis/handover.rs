@@ -18,10 +18,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::connection::InHand;
+use super::fencing::FenceSeed;
+use super::fencing::in_epoch;
 use super::hub::Listening;
 use super::keys::RedisKey;
-use super::scripts::FenceSeed;
-use super::sentinel::in_epoch;
 use super::{RedisStore, millis};
 use crate::LockError;
 use crate::wait::handover::{HandoverFailed, Leftover};

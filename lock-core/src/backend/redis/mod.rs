@@ -44,30 +44,34 @@ mod connection;
 mod deployment;
 mod exclusive;
 mod fair;
+mod fencing;
 mod handover;
 mod hub;
 mod keys;
 mod master;
 mod read_write;
 mod redlock;
+mod routing;
 mod scripts;
 mod semaphore;
 mod sentinel;
 mod shared;
 mod slots;
 mod subscriber;
+mod url;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_SAFETY_POLL, RedisStoreBuilder,
 };
-pub(crate) use connection::redact;
 use connection::{Conn, Connection, Timeouts};
 use deployment::Deployment;
+use fencing::FenceSeed;
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub use redlock::{RedLockStore, RedLockStoreBuilder};
-use scripts::{FenceSeed, ScriptCall, Scripts, Seen, Sent};
+use scripts::{ScriptCall, Scripts, Seen, Sent};
+pub(crate) use url::redact;
 
 /// How an attempt asks a server: where a new fence counter starts, and what becomes of
 /// a call cut short before its reply.
@@ -400,7 +404,7 @@ impl RedisStore {
                 .collect();
             // Each lease runs from here, with the connection in hand.
             let sent_at = Instant::now();
-            let held: Vec<bool> = scripts::pipelined(conn, &self.scripts.extend, calls).await?;
+            let held: Vec<bool> = routing::pipelined(conn, &self.scripts.extend, calls).await?;
             let until = held.into_iter().zip(leases);
             renewed.extend(until.map(|(held, r)| held.then_some(sent_at + r.lease)));
         }
