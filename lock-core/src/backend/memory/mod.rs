@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use self::session::{Ends, Terms};
 use self::state::{Entry, Holder, State};
 use self::wake::Wake;
+use super::release::Release;
 use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::options::DEFAULT_FENCE_TTL;
 use crate::wait::handover::Handover;
@@ -74,17 +75,6 @@ struct Locks {
     lines: Lines<()>,
     /// The zero of the clock that attempts and hand-overs report.
     clock_zero: Instant,
-}
-
-/// How a lock is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Release {
-    /// By its holder, which took it as this kind: an exclusive lock goes free, a fair one
-    /// to the next in line, a write or a last read wakes every waiter but the writers and
-    /// the writer that has waited longest, a permit one.
-    Holder(LockKind),
-    /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
-    Leave,
 }
 
 impl Default for MemoryStore {
