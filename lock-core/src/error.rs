@@ -3,7 +3,7 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use crate::LockKind;
+use crate::{LockKey, LockKind};
 
 /// Everything that can go wrong while taking, keeping or giving back a lock.
 ///
@@ -194,6 +194,15 @@ impl LockError {
             context: context.into(),
             source: source.into(),
         }
+    }
+
+    /// A semaphore asked for with another count than the one it has.
+    pub(crate) fn miscounted(key: &LockKey, stored: u32, asked: u32) -> Self {
+        Self::Config(format!(
+            "semaphore {:?} has {stored} permits, but was asked for with {asked}; \
+             change its count with Semaphore::set_permits",
+            key.as_str()
+        ))
     }
 }
 

@@ -183,16 +183,19 @@
 //!   [`backend`]): take a hold, waiting until a deadline; release it; renew leases;
 //!   say whether a hold is still its owner's. Each store says which [`LockKind`]s it
 //!   has; asking for another is [`LockError::Unsupported`].
-//! - The stores: `backend/redis/` (one file per concern: its settings in `builder.rs`,
-//!   the deployment, connection, scripts, keys, the pub/sub hub, each lock kind, and the
+//! - The stores: `backend/redis/` (the store itself in `mod.rs`, and one file per
+//!   concern: its settings in `builder.rs`, the deployment, connection, Sentinel,
+//!   scripts, which node a call goes to (`routing.rs`, over `slots.rs`), fencing tokens
+//!   (`fencing.rs`), keys, the pub/sub hub, each lock kind's script calls, and the
 //!   hand-over optimisations; `redlock.rs` holds a lock on a quorum of independent
 //!   masters, [`backend::RedLockStore`], configured in `redlock/builder.rs`) and
 //!   `backend/memory/` ([`backend::MemoryStore`]; one file per concern: the admission
 //!   rule every kind shares, each lock's state, the fence counter, wake-ups and
-//!   sessions). The quorum itself is `backend/redlock/`, over any masters that
-//!   implement its interface (`master.rs`). [`LockerBuilder`] (`locker/builder.rs`)
-//!   holds the defaults every store shares, and shorthands that fill in a store's
-//!   builder.
+//!   sessions); how a lock is released, which each maps to its own script or state
+//!   change, is `backend/release.rs`. The quorum itself is `backend/redlock/`, over
+//!   any masters that implement its interface (`master.rs`). [`LockerBuilder`]
+//!   (`locker/builder.rs`) holds the defaults every store shares, and shorthands that
+//!   fill in a store's builder.
 //! - Waiting on the client side, which Redis and memory share (`wait/`): the local wait
 //!   line (`line.rs`), hand-overs (`handover.rs`), and the attempt-and-wait loop
 //!   (`mod.rs`). A store that waits on the server side (a blocking `GET_LOCK`, a

@@ -136,12 +136,3 @@ impl Semaphore {
         Ok(key)
     }
 }
-
-/// The error of a semaphore asked for with another count than the one it has.
-pub(crate) fn miscounted(key: &LockKey, stored: u32, asked: u32) -> LockError {
-    LockError::Config(format!(
-        "semaphore {:?} has {stored} permits, but was asked for with {asked}; \
-         change its count with Semaphore::set_permits",
-        key.as_str()
-    ))
-}

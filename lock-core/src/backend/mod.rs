@@ -170,6 +170,7 @@ pub(crate) mod fence;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod release;
 pub(crate) mod store;
 
 pub use memory::MemoryStore;

@@ -26,9 +26,9 @@ use tokio::time::Instant;
 use self::session::{Ends, Terms};
 use self::state::{Holder, State};
 use self::wake::Wake;
+use super::release::Release;
 use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::options::DEFAULT_FENCE_TTL;
-use crate::semaphore::miscounted;
 use crate::wait::handover::Handover;
 use crate::wait::line::{Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
@@ -75,17 +75,6 @@ struct Locks {
     lines: Lines<()>,
     /// The zero of the clock that attempts and hand-overs report.
     clock_zero: Instant,
-}
-
-/// How a lock is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Release {
-    /// By its holder, which took it as this kind: an exclusive lock goes free, a fair one
-    /// to the next in line, a write or a last read wakes every waiter but the writers and
-    /// the writer that has waited longest, a permit one.
-    Holder(LockKind),
-    /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
-    Leave,
 }
 
 impl Default for MemoryStore {
@@ -145,7 +134,7 @@ impl MemoryStore {
             if let LockKind::Semaphore { permits } = request.kind {
                 let count = *entry.permits.get_or_insert(permits);
                 if count != permits {
-                    return Err(miscounted(&request.key, count, permits));
+                    return Err(LockError::miscounted(&request.key, count, permits));
                 }
             }
             let handed_over = if fair { entry.holder(token, now) } else { None };

@@ -11,8 +11,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{MemoryStore, Release};
+use super::MemoryStore;
 use crate::LockKind;
+use crate::backend::release::Release;
 use crate::backend::store::{Acquire, Acquired};
 
 /// How the holds taken through one handle end.

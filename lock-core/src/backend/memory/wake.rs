@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::MemoryStore;
 use super::state::{Entry, HandedOver};
-use super::{MemoryStore, Release};
 use crate::LockKind;
+use crate::backend::release::Release;
 
 /// Whom a change of a lock's state wakes, once the state's lock is dropped.
 #[derive(Debug)]

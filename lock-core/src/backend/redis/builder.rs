@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use bb8_redis::RedisConnectionManager;
 
-use super::connection::{Timeouts, redact};
+use super::connection::Timeouts;
 use super::deployment::{ClusterSeeds, Deployment};
 use super::sentinel::Sentinels;
+use super::url::redact;
 use super::{RedisConfig, RedisStore};
 use crate::{LockError, options};
 

@@ -183,7 +183,13 @@ impl Connection {
                     InHand::node(client.get_multiplexed_async_connection().await?)
                 }
                 Source::Pool(pool) => InHand::node(pool.dedicated_connection().await?),
-                Source::Sentinel(sentinels) => sentinels.master_connection().await?,
+                Source::Sentinel(sentinels) => {
+                    let (conn, epoch) = sentinels.master_connection().await?;
+                    InHand {
+                        conn: Conn::Node(conn),
+                        epoch,
+                    }
+                }
                 // The cluster's client was built with the response timeout.
                 Source::Cluster(cluster) => InHand {
                     conn: Conn::Cluster(cluster.get_async_connection().await?, Arc::default()),
@@ -273,29 +279,4 @@ impl std::fmt::Debug for Connection {
 /// A write refused by a replica: the connection is on a master that a failover demoted.
 fn is_read_only(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) || e.code() == Some("READONLY")
-}
-
-/// Strips the user name and password from a Redis URL, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redact_hides_credentials() {
-        assert_eq!(
-            redact("redis://user:secret@db.internal:6380/2"),
-            "redis://***@db.internal:6380/2"
-        );
-        assert_eq!(redact("redis://:p@ss@h:1"), "redis://***@h:1");
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-    }
 }

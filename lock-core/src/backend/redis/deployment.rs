@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use bb8_redis::RedisConnectionManager;
 
-use super::connection::{Endpoint, Source, Timeouts, redact};
+use super::connection::{Endpoint, Source, Timeouts};
 use super::scripts::Publish;
 use super::sentinel::Sentinels;
+use super::url::redact;
 use crate::LockError;
 
 /// A Redis deployment, its urls checked.

@@ -3,96 +3,74 @@
 //! `P{K}:places`. A release hands the lock to the next in line and tells that waiter's
 //! `Locker` alone, on its channel; a waiter's place runs out [`PLACE_IN_LINE`] after it
 //! last asked, so one that died is skipped.
+//!
+//! [`PLACE_IN_LINE`]: super::asking::PLACE_IN_LINE
 
-use std::time::Duration;
-
+use super::asking::{Attempting, WAITING_LOCKER, millis};
+use super::fencing::FenceSeed;
 use super::keys::RedisKey;
-use super::scripts::{FairAcquireReply, FenceSeed};
-use super::scripts::{LockScript, ScriptCall};
-use super::{CutShort, PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
-use crate::LockError;
-use crate::backend::store::Acquire;
+use super::scripts::{FairAcquireReply, LockScript, ScriptCall, Scripts, Sent};
 use crate::wait::{Attempt, StoreClock};
 
-impl RedisStore {
-    /// A fair script's call on lock `key`, with the keys every fair script takes.
-    fn fair_call<'a>(&self, script: &'a LockScript, key: &RedisKey) -> ScriptCall<'a> {
-        let mut call = script.key(key.as_str());
-        call.key(key.fence())
-            .key(key.queue())
-            .key(key.places())
-            .key(key.channel())
-            .key(key.lockers());
-        call
-    }
+/// A fair script's call on lock `key`, with the keys every fair script takes.
+fn fair_call<'a>(script: &'a LockScript, key: &RedisKey) -> ScriptCall<'a> {
+    let mut call = script.key(key.as_str());
+    call.key(key.fence())
+        .key(key.queue())
+        .key(key.places())
+        .key(key.channel())
+        .key(key.lockers());
+    call
+}
 
-    /// One attempt at a fair lock; a caller that waits (`waits_for` not zero) keeps its
-    /// place in line for as long, but never longer than [`PLACE_IN_LINE`] before it asks
-    /// again.
-    pub(super) async fn attempt_fair(
-        &self,
-        request: &Acquire,
-        waits_for: Duration,
-    ) -> Result<Attempt, LockError> {
-        let key = self.key(&request.key);
-        let place = waits_for.min(PLACE_IN_LINE);
-        let mut call = self.fair_call(&self.scripts.fair_acquire, &key);
-        call.arg(&*request.token)
-            .arg(millis(request.lease))
-            .arg(self.fence_ttl_ms(request.lease))
-            // zero means "do not queue": not rounded up as leases are
-            .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
-            .arg(millis(WAITING_LOCKER))
-            .arg(self.channels.id())
-            .arg(FenceSeed::ServerClock);
-        // Cut short, it leaves the line, releasing the lock should it be its own.
-        let (reply, sent) = self
-            .send_acquire::<FairAcquireReply>(
-                &key,
-                &request.token,
-                &call,
-                Release::Leave,
-                CutShort::Release,
-            )
-            .await?;
-        Ok(match reply {
-            FairAcquireReply::Taken { fence, left } => Attempt::Acquired {
-                fence: sent.fence(fence),
-                until: sent.at + left,
-            },
-            FairAcquireReply::Held { ttl, now_us } => Attempt::Held {
-                ttl,
-                clock: Some(StoreClock {
-                    sent_at: sent.at,
-                    us: now_us,
-                }),
-            },
-        })
-    }
+/// The fair acquire script's call for `attempting` lock `key`; a caller that waits keeps
+/// its place in line, under `locker_id`, the id of its `Locker`'s channel.
+pub(super) fn acquire_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    attempting: &Attempting<'_>,
+    locker_id: &str,
+) -> ScriptCall<'a> {
+    let mut call = fair_call(&scripts.fair_acquire, key);
+    call.arg(&*attempting.request.token)
+        .arg(attempting.lease_ms())
+        .arg(attempting.fence_ttl_ms)
+        .arg(attempting.place_ms())
+        .arg(millis(WAITING_LOCKER))
+        .arg(locker_id)
+        .arg(FenceSeed::ServerClock);
+    call
+}
 
-    /// Releases fair lock `key` if `token` holds it: to the next in line, or free.
-    pub(super) async fn release_fair(
-        &self,
-        key: &RedisKey,
-        token: &str,
-    ) -> Result<bool, LockError> {
-        let mut conn = self.connection.get().await?;
-        self.release_on(&mut conn, key, token, Release::Fair)
-            .await
-            .map_err(|e| self.connection.error("release", e))
+/// What an attempt whose call was `sent` as it was, and answered `reply`, came to.
+pub(super) fn attempt(reply: FairAcquireReply, sent: Sent) -> Attempt {
+    match reply {
+        FairAcquireReply::Taken { fence, left } => Attempt::Acquired {
+            fence: sent.fence(fence),
+            until: sent.at + left,
+        },
+        FairAcquireReply::Held { ttl, now_us } => Attempt::Held {
+            ttl,
+            clock: Some(StoreClock {
+                sent_at: sent.at,
+                us: now_us,
+            }),
+        },
     }
+}
 
-    /// The fair release or leave script's call for `token` on `key`.
-    pub(super) fn fair_release_call<'a>(
-        &self,
-        script: &'a LockScript,
-        key: &RedisKey,
-        token: &str,
-    ) -> ScriptCall<'a> {
-        let mut call = self.fair_call(script, key);
-        call.arg(token)
-            .arg(self.fence_ttl_ms)
-            .arg(FenceSeed::ServerClock);
-        call
-    }
+/// The call of `script`, the fair release or leave script, for `token` on `key`: it
+/// hands the lock to the next in line, or frees it, drawing fencing tokens from a counter
+/// kept `fence_ttl_ms`.
+pub(super) fn release_call<'a>(
+    script: &'a LockScript,
+    key: &RedisKey,
+    token: &str,
+    fence_ttl_ms: u64,
+) -> ScriptCall<'a> {
+    let mut call = fair_call(script, key);
+    call.arg(token)
+        .arg(fence_ttl_ms)
+        .arg(FenceSeed::ServerClock);
+    call
 }

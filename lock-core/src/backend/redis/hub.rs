@@ -21,8 +21,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use super::connection::Endpoint;
+use super::fencing::in_epoch;
 use super::keys::Channels;
-use super::sentinel::in_epoch;
 use super::subscriber::{Event, Subscriber};
 use crate::wait::handover::FairHandover;
 use crate::wait::line::{Line, Lines};

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::asking::{Asking, CutShort};
 use super::deployment::Deployment;
+use super::fencing::FenceSeed;
 use super::hub::Listening;
 use super::keys::RedisKey;
-use super::scripts::FenceSeed;
-use super::{Asking, CutShort, RedisStore, RedisStoreBuilder};
+use super::{RedisStore, RedisStoreBuilder};
 use crate::backend::redlock::master::{Holders, LastWaiter, Master};
 use crate::backend::store::Acquire;
 use crate::wait::line::Lines;

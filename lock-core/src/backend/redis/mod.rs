@@ -2,22 +2,29 @@
 //!
 //! - [`builder`]: every setting of a Redis store, checked before it connects;
 //! - [`deployment`]: where the server is (a url, a pool, Sentinel's master, a Cluster),
-//!   and what each connection is opened to there;
+//!   and what each connection is opened to there; [`url`]: urls as messages show them;
+//! - [`connection`]: the one multiplexed connection every call shares; [`sentinel`]:
+//!   finding the master that Redis Sentinel names, at each connect;
 //! - [`keys`]: where a lock lives (its store keys and wake-up channels);
-//! - [`connection`]: the one multiplexed connection every call shares;
-//! - [`scripts`]: the Lua scripts and the one place they run from;
-//! - [`exclusive`], [`fair`], [`read_write`] and [`semaphore`]: the lock kinds, each a
-//!   script to take it and one to release it; [`shared`]: what reads and permits, which
-//!   share a lock, have in common;
+//! - [`scripts`]: the Lua scripts, their calls and their replies; [`routing`]: which
+//!   node a pipeline of calls goes to, over the Cluster's [`slots`];
+//! - [`fencing`]: where a fence counter starts, and the failover epoch a token carries;
+//! - [`asking`]: what every attempt sends besides its keys, and how long a waiter's
+//!   registrations last;
+//! - [`exclusive`], [`fair`], [`read_write`] and [`semaphore`]: the lock kinds, each the
+//!   script calls that take and release it and the replies they read; [`shared`]: what
+//!   reads and permits, which share a lock, have in common;
 //! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
-//! - [`slots`]: which node of a Redis Cluster serves a key, for renewals one pipeline per
-//!   node;
 //! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
 //!   [`subscriber`]: to one server, or sharded over a Redis Cluster;
 //! - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
 //!   builder; [`master`]: a store of this kind as one of those masters, spoken to
 //!   through the interface of [`crate::backend::redlock`].
+//!
+//! This file is the store itself: its settings, its connections, and every method of
+//! [`RedisStore`] that sends the calls the files above build, but for making one (in
+//! [`builder`] and [`master`]).
 //!
 //! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
 //! attempts, and the hub wakes its waiters.
@@ -28,84 +35,57 @@ use std::ops::Deref;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use redis::FromRedisValue;
+use redis::{FromRedisValue, RedisResult};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
+use super::release::Release;
 use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::kind::Sharing;
-use crate::wait::handover::{Handover, Leftover};
+use crate::wait::handover::{Handover, HandoverFailed, Leftover};
 use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::wait::{self, Attempt, ClientWait, Joined, Left};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
+mod asking;
 mod builder;
 mod connection;
 mod deployment;
 mod exclusive;
 mod fair;
+mod fencing;
 mod handover;
 mod hub;
 mod keys;
 mod master;
 mod read_write;
 mod redlock;
+mod routing;
 mod scripts;
 mod semaphore;
 mod sentinel;
 mod shared;
 mod slots;
 mod subscriber;
+mod url;
 
+use asking::{Asking, Attempting, CutShort, millis};
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_SAFETY_POLL, RedisStoreBuilder,
 };
-pub(crate) use connection::redact;
-use connection::{Conn, Connection, Timeouts};
+use connection::{Conn, Connection, InHand, Timeouts};
 use deployment::Deployment;
+use fencing::in_epoch;
+use handover::{Claim, OwnWaiters, ReleasePlan};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub use redlock::{RedLockStore, RedLockStoreBuilder};
-use scripts::{FenceSeed, ScriptCall, Scripts, Seen, Sent};
-
-/// How an attempt asks a server: where a new fence counter starts, and what becomes of
-/// a call cut short before its reply.
-#[derive(Debug, Clone, Copy)]
-struct Asking {
-    seed: FenceSeed,
-    cut_short: CutShort,
-}
-
-impl Asking {
-    /// An attempt on this server alone.
-    const ALONE: Asking = Asking {
-        seed: FenceSeed::ServerClock,
-        cut_short: CutShort::Release,
-    };
-}
-
-/// What becomes of an acquire call cut short before its reply, which may have taken the
-/// lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CutShort {
-    /// It is released in the background.
-    Release,
-    /// The caller keeps track of it: RedLock keeps a late grant of a lock that a quorum
-    /// granted (the guard renews and releases it on every master), and gives back those
-    /// of an attempt that fell short.
-    LeftToCaller,
-}
+use scripts::{AcquireReply, ScriptCall, Scripts, Seen, Sent};
+pub(crate) use url::redact;
 
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
-/// How long a fair waiter's place in line lasts unless it asks again (it does, at least
-/// every safety poll), so that a waiter that died is skipped after at most this.
-const PLACE_IN_LINE: Duration = Duration::from_secs(5);
-/// How long a `Locker` stays among those a release wakes unless one of its waiters asks
-/// again (each does at least every safety poll); also how long a fair lock's line lasts,
-/// which must outlast every place in it.
-const WAITING_LOCKER: Duration = Duration::from_secs(PLACE_IN_LINE.as_secs() * 2);
 
 /// A Redis store's settings, checked by its builder: everything needed to open its
 /// connections.
@@ -277,16 +257,6 @@ impl RedisStore {
         RedisKey::new(&self.namespace, key)
     }
 
-    /// The `Locker` an attempt that waits `waits_for` more registers to be woken: this
-    /// one's, or none (`""`) for a caller that will not wait.
-    fn waiting_as(&self, waits_for: Duration) -> &str {
-        if waits_for.is_zero() {
-            ""
-        } else {
-            self.listening_id()
-        }
-    }
-
     /// How long the fence counter is kept: at least as long as a lease drawn from it.
     fn fence_ttl_ms(&self, lease: Duration) -> u64 {
         self.fence_ttl_ms.max(millis(lease))
@@ -312,31 +282,25 @@ impl RedisStore {
         token: &str,
         how: Release,
     ) -> redis::RedisResult<bool> {
-        match how {
-            Release::Exclusive => {
+        let call = match how {
+            Release::Holder(LockKind::Exclusive) => {
                 let own_waiters = self.own_waiters(self.lines.get(key.as_str()).as_deref());
-                self.free_exclusive(conn, key, token, own_waiters).await
+                return self.free_exclusive(conn, key, token, own_waiters).await;
             }
-            Release::Fair => {
-                let call = self.fair_release_call(&self.scripts.fair_release, key, token);
-                call.invoke_async(conn).await
+            Release::Holder(LockKind::Fair) => {
+                fair::release_call(&self.scripts.fair_release, key, token, self.fence_ttl_ms)
             }
             Release::Leave => {
-                let call = self.fair_release_call(&self.scripts.fair_leave, key, token);
-                call.invoke_async(conn).await
+                fair::release_call(&self.scripts.fair_leave, key, token, self.fence_ttl_ms)
             }
-            Release::Write => self.write_release_call(key, token).invoke_async(conn).await,
-            Release::Shared(sharing) => {
-                let mut call = self.scripts.shared_release.key(key.as_str());
-                call.key(shared::holders(sharing, key))
-                    .key(key.lockers())
-                    .key(key.channel())
-                    .key(key.writers())
-                    .arg(token)
-                    .arg(shared::mark(sharing));
-                call.invoke_async(conn).await
+            Release::Holder(LockKind::Write) => {
+                read_write::write_release_call(&self.scripts, key, token)
             }
-        }
+            Release::Holder(kind @ (LockKind::Read | LockKind::Semaphore { .. })) => {
+                shared::release_call(&self.scripts, key, token, kind.sharing())
+            }
+        };
+        call.invoke_async(conn).await
     }
 
     /// Sends `call`, an acquire script's, for `token` on lock `key`: its reply, and how it
@@ -400,7 +364,7 @@ impl RedisStore {
                 .collect();
             // Each lease runs from here, with the connection in hand.
             let sent_at = Instant::now();
-            let held: Vec<bool> = scripts::pipelined(conn, &self.scripts.extend, calls).await?;
+            let held: Vec<bool> = routing::pipelined(conn, &self.scripts.extend, calls).await?;
             let until = held.into_iter().zip(leases);
             renewed.extend(until.map(|(held, r)| held.then_some(sent_at + r.lease)));
         }
@@ -408,22 +372,114 @@ impl RedisStore {
     }
 
     /// One attempt at the lock (see [`ClientWait::attempt`]), asking as `asking` says.
+    /// Should its call be cut short, what it may have taken is released as its holder
+    /// would release it (a writer's also stops waiting), unless that is left to the
+    /// caller.
     async fn attempt_asking(
         &self,
         request: &Acquire,
         waits_for: Duration,
         asking: Asking,
     ) -> Result<Attempt, LockError> {
-        match request.kind {
-            LockKind::Exclusive => self.attempt_exclusive(request, waits_for, asking).await,
-            LockKind::Fair => self.attempt_fair(request, waits_for).await,
-            LockKind::Read => self.attempt_read(request, waits_for, asking).await,
-            LockKind::Write => self.attempt_write(request, waits_for, asking).await,
+        let key = self.key(&request.key);
+        let attempting = Attempting {
+            request,
+            waits_for,
+            fence_ttl_ms: self.fence_ttl_ms(request.lease),
+            listening_id: self.listening_id(),
+            seed: asking.seed,
+        };
+        let scripts = &self.scripts;
+        let call = match request.kind {
+            LockKind::Fair => return self.attempt_fair(&key, &attempting).await,
+            LockKind::Exclusive => exclusive::acquire_call(scripts, &key, &attempting),
+            LockKind::Read => read_write::read_acquire_call(scripts, &key, &attempting),
+            LockKind::Write => read_write::write_acquire_call(scripts, &key, &attempting),
             LockKind::Semaphore { permits } => {
-                self.attempt_permit(request, permits, waits_for, asking)
+                semaphore::acquire_call(scripts, &key, &attempting, permits)
+            }
+        };
+        let how = Release::Holder(request.kind);
+        let (reply, sent) = self
+            .send_acquire::<AcquireReply>(&key, &request.token, &call, how, asking.cut_short)
+            .await?;
+        reply.attempt(request, sent)
+    }
+
+    /// One attempt at fair lock `key`. Cut short, it leaves the line, releasing the lock
+    /// should it be its own.
+    async fn attempt_fair(
+        &self,
+        key: &RedisKey,
+        attempting: &Attempting<'_>,
+    ) -> Result<Attempt, LockError> {
+        let call = fair::acquire_call(&self.scripts, key, attempting, self.channels.id());
+        let token = &attempting.request.token;
+        let (reply, sent) = self
+            .send_acquire(key, token, &call, Release::Leave, CutShort::Release)
+            .await?;
+        Ok(fair::attempt(reply, sent))
+    }
+
+    /// Releases exclusive lock `key` if `token` holds it: to a local waiter when one can
+    /// be handed it, else free, waking one waiting `Locker`. Not retried on a fresh
+    /// connection: had the first attempt gone through, the retry would report the lock as
+    /// not held.
+    async fn release_exclusive(&self, key: &RedisKey, token: &str) -> Result<bool, LockError> {
+        match self.plan_release(key) {
+            ReleasePlan::Handover(claim) => {
+                let span = tracing::debug_span!("lock_handover");
+                self.hand_over(key, token, claim).instrument(span).await
+            }
+            ReleasePlan::Free(own_waiters) => {
+                let mut conn = self.connection.get().await?;
+                self.free_exclusive(&mut conn, key, token, own_waiters)
                     .await
+                    .map_err(|e| self.connection.error("release", e))
             }
         }
+    }
+
+    /// Frees exclusive lock `key` on `conn` if `token` holds it, and wakes the `Locker`
+    /// that has waited longest (this one's waiters too, behind the others, if
+    /// `own_waiters` say they listen). Says whether `token` held it.
+    async fn free_exclusive(
+        &self,
+        conn: &mut Conn,
+        key: &RedisKey,
+        token: &str,
+        own_waiters: OwnWaiters,
+    ) -> RedisResult<bool> {
+        let call =
+            exclusive::release_call(&self.scripts, key, token, self.listening_id(), own_waiters);
+        call.invoke_async(conn).await
+    }
+
+    /// Free permits of semaphore `key`, whose handle asks with `permits`.
+    async fn available_permits(&self, key: &LockKey, permits: u32) -> Result<u32, LockError> {
+        let key = self.key(key);
+        let call = semaphore::permits_call(&self.scripts, &key, permits);
+        self.connection
+            .run("count free permits", |mut conn| {
+                let call = &call;
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await
+    }
+
+    /// Stores `permits` as semaphore `key`'s count, kept as long as its fence counter.
+    async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
+        let key = self.key(key);
+        let fence_ttl_ms = self.fence_ttl_ms(Duration::ZERO);
+        let call = semaphore::set_permits_call(&self.scripts, &key, permits, fence_ttl_ms);
+        let _: i64 = self
+            .connection
+            .run("set a semaphore's count", |mut conn| {
+                let call = &call;
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        Ok(())
     }
 
     /// Who holds lock `key` on this server, if anyone, read in one call that changes
@@ -471,6 +527,135 @@ impl RedisStore {
             }
         });
     }
+
+    /// What a waiter that left its line leaves behind in Redis, given back in the
+    /// background: its place among a fair lock's line or a write lock's waiting writers,
+    /// and a lock handed over to it that it never took up.
+    fn leave_store_line(&self, key: &RedisKey, left: &Left<'_, Listening>) {
+        if !left.held {
+            match left.kind {
+                LockKind::Fair => self.release_detached(key, left.token, Release::Leave),
+                // Out of the waiting writers, so that the readers behind it may go in.
+                LockKind::Write => {
+                    self.release_detached(key, left.token, Release::Holder(LockKind::Write))
+                }
+                _ => {}
+            }
+        }
+        if left.leftover == Leftover::Release {
+            // Handed over to this waiter, which gave up before taking it: free it.
+            self.release_detached(key, left.token, Release::Holder(LockKind::Exclusive));
+        }
+    }
+
+    /// This `Locker`'s id, under which a release can wake it; empty without pub/sub.
+    fn listening_id(&self) -> &str {
+        if self.hub.is_some() {
+            self.channels.id()
+        } else {
+            ""
+        }
+    }
+
+    /// How the holder of exclusive lock `key` gives it back: to a local waiter if one can
+    /// be handed it, else free. One look at the lock's line serves both.
+    fn plan_release(&self, key: &RedisKey) -> ReleasePlan {
+        let line = self.lines.get(key.as_str());
+        if self.local_handovers > 0
+            && let Some(line) = &line
+            && let Some(waiter) = line.claim_for_handover(self.local_handovers)
+        {
+            return ReleasePlan::Handover(Claim::new(waiter));
+        }
+        ReleasePlan::Free(self.own_waiters(line.as_deref()))
+    }
+
+    /// Whether this `Locker`'s waiters in `line`, if any, are to be woken by a release of
+    /// their lock.
+    fn own_waiters(&self, line: Option<&Line<Listening>>) -> OwnWaiters {
+        if self.hub.is_some() && line.is_some_and(Line::has_waiters) {
+            OwnWaiters::Listening
+        } else {
+            OwnWaiters::None
+        }
+    }
+
+    /// Hands lock `key` from its holder `token` to the claimed local waiter, in one
+    /// command, and tells the waiter. Says whether `token` held the lock. A waiter that
+    /// gave up meanwhile gets nothing: the lock is then freed, waking every contender.
+    async fn hand_over(
+        &self,
+        key: &RedisKey,
+        token: &str,
+        claim: Claim,
+    ) -> Result<bool, LockError> {
+        let waiter = claim.waiter().clone();
+        let lease = waiter.lease;
+        let fence_ttl_ms = self.fence_ttl_ms(lease);
+        let call = handover::handover_call(&self.scripts, key, token, &waiter, fence_ttl_ms);
+        let InHand { mut conn, epoch } = self.connection.in_hand().await?;
+        // The waiter's lease runs from here, with the connection in hand.
+        let sent_at = Instant::now();
+        let reply: Option<u64> = match call.invoke_async(&mut conn).await {
+            Ok(reply) => reply,
+            // It may have run: should the waiter give up, it frees what it may hold
+            // (the claim, dropped, says so).
+            Err(e) => return Err(self.connection.error("release", e)),
+        };
+        claim.answered();
+        let Some(fence) = reply.map(|raw| in_epoch(epoch, raw)) else {
+            waiter.handover_failed(HandoverFailed::NotHeld);
+            return Ok(false);
+        };
+        tracing::debug!(fence, "lock handed over to a local waiter");
+        if waiter.handed_over(fence, sent_at + lease) == Leftover::Release {
+            let own_waiters = self.own_waiters(self.lines.get(key.as_str()).as_deref());
+            let freed = self
+                .free_exclusive(&mut conn, key, &waiter.token, own_waiters)
+                .await;
+            if let Err(e) = freed {
+                tracing::warn!(key = %key, error = %e, "could not free a lock handed to a waiter that gave up; the lease will expire");
+            }
+        }
+        Ok(true)
+    }
+
+    /// Relays, in the background, a wake-up for lock `key` that found no local waiter.
+    /// A failure is only logged: the waiters elsewhere still poll.
+    fn relay_detached(&self, key: &RedisKey) {
+        let (store, key) = (self.clone(), key.clone());
+        self.spawn("relay a wake-up", async move {
+            let relayed: Result<bool, LockError> = store
+                .connection
+                .run("relay a wake-up", |mut conn| {
+                    let call = handover::relay_call(&store.scripts, &key, store.channels.id());
+                    async move { call.invoke_async(&mut conn).await }
+                })
+                .await;
+            if let Err(e) = relayed {
+                tracing::debug!(key = %key, error = %e, "could not relay a wake-up; waiters poll");
+            }
+        });
+    }
+
+    /// Takes this `Locker` out of those a release of `key` wakes, in the background: its
+    /// last waiter gave up. A failure is only logged: the entry runs out.
+    fn stop_waiting_detached(&self, key: &RedisKey) {
+        let (store, key) = (self.clone(), key.clone());
+        self.spawn("leave the waiting lockers", async move {
+            let removed: Result<i64, LockError> = store
+                .connection
+                .run("leave the waiting lockers", |mut conn| {
+                    let mut zrem = redis::cmd("ZREM");
+                    zrem.arg(key.lockers()).arg(store.channels.id());
+                    async move { zrem.query_async(&mut conn).await }
+                })
+                .await;
+            if let Err(e) = removed {
+                tracing::debug!(key = %key, error = %e, "could not leave the waiting lockers; waiters poll");
+            }
+        });
+    }
 }
 
 impl Store for RedisStore {
@@ -492,14 +677,9 @@ impl Store for RedisStore {
             let key = self.key(hold.key);
             match hold.kind {
                 LockKind::Exclusive => self.release_exclusive(&key, hold.token).await,
-                LockKind::Fair => self.release_fair(&key, hold.token).await,
                 kind => {
-                    let how = match kind.sharing() {
-                        Sharing::Owner => Release::Write,
-                        sharing => Release::Shared(sharing),
-                    };
                     let mut conn = self.connection.get().await?;
-                    self.release_on(&mut conn, &key, hold.token, how)
+                    self.release_on(&mut conn, &key, hold.token, Release::Holder(kind))
                         .await
                         .map_err(|e| self.connection.error("release", e))
                 }
@@ -679,42 +859,6 @@ impl ClientWait for RedisStore {
     }
 }
 
-impl RedisStore {
-    /// What a waiter that left its line leaves behind in Redis, given back in the
-    /// background: its place among a fair lock's line or a write lock's waiting writers,
-    /// and a lock handed over to it that it never took up.
-    fn leave_store_line(&self, key: &RedisKey, left: &Left<'_, Listening>) {
-        if !left.held {
-            match left.kind {
-                LockKind::Fair => self.release_detached(key, left.token, Release::Leave),
-                // Out of the waiting writers, so that the readers behind it may go in.
-                LockKind::Write => self.release_detached(key, left.token, Release::Write),
-                _ => {}
-            }
-        }
-        if left.leftover == Leftover::Release {
-            // Handed over to this waiter, which gave up before taking it: free it.
-            self.release_detached(key, left.token, Release::Exclusive);
-        }
-    }
-}
-
-/// How a lock is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Release {
-    /// An exclusive lock's: free, waking one waiting `Locker`.
-    Exclusive,
-    /// A fair lock's: to the next in line, or free.
-    Fair,
-    /// A fair waiter leaves the line, and releases the lock if it was handed over to it.
-    Leave,
-    /// A write lock's: free, waking every waiting `Locker`; also takes the writer out of
-    /// those waiting.
-    Write,
-    /// A read's or a permit's: one holder fewer.
-    Shared(Sharing),
-}
-
 /// Releases a lock by token unless the acquire it guards comes to an answer: if that
 /// acquire's future is dropped (its call cut short), or it fails (its reply lost), the
 /// lock, or a place in line, may have been taken. Armed around the whole attempt, retry
@@ -741,8 +885,4 @@ impl Drop for PendingAcquire<'_> {
             self.store.release_detached(self.key, self.token, self.how);
         }
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

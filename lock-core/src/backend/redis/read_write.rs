@@ -8,97 +8,70 @@
 //! read release, wake every waiting `Locker`'s readers (one message each) and the writer
 //! that has waited longest, alone (one message to its `Locker`, naming it).
 
-use std::time::Duration;
-
+use super::asking::{Attempting, WAITING_LOCKER, millis};
 use super::keys::RedisKey;
-use super::scripts::{AcquireReply, ScriptCall};
-use super::{Asking, PLACE_IN_LINE, RedisStore, Release, WAITING_LOCKER, millis};
-use crate::LockError;
+use super::scripts::{ScriptCall, Scripts};
 use crate::backend::store::Acquire;
-use crate::kind::Sharing;
-use crate::wait::Attempt;
 
-impl RedisStore {
-    /// One attempt at the read side; a caller that waits (`waits_for` not zero) is
-    /// registered among the `Locker`s a release wakes.
-    pub(super) async fn attempt_read(
-        &self,
-        request: &Acquire,
-        waits_for: Duration,
-        asking: Asking,
-    ) -> Result<Attempt, LockError> {
-        let key = self.key(&request.key);
-        let mut call = self.scripts.read_acquire.key(key.as_str());
-        call.key(key.fence())
-            .key(key.readers())
-            .key(key.writers())
-            .key(key.lockers())
-            .arg(&*request.token)
-            .arg(millis(request.lease))
-            .arg(self.fence_ttl_ms(request.lease))
-            .arg(asked_for_ms(request))
-            .arg(self.waiting_as(waits_for))
-            .arg(millis(WAITING_LOCKER))
-            .arg(asking.seed);
-        let (reply, sent) = self
-            .send_acquire::<AcquireReply>(
-                &key,
-                &request.token,
-                &call,
-                Release::Shared(Sharing::Read),
-                asking.cut_short,
-            )
-            .await?;
-        reply.attempt(request, sent)
-    }
+/// The read acquire script's call for `attempting` the read side of lock `key`; a caller
+/// that waits is registered among the `Locker`s a release wakes. Its reply is an
+/// [`AcquireReply`](super::scripts::AcquireReply).
+pub(super) fn read_acquire_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    attempting: &Attempting<'_>,
+) -> ScriptCall<'a> {
+    let mut call = scripts.read_acquire.key(key.as_str());
+    call.key(key.fence())
+        .key(key.readers())
+        .key(key.writers())
+        .key(key.lockers())
+        .arg(&*attempting.request.token)
+        .arg(attempting.lease_ms())
+        .arg(attempting.fence_ttl_ms)
+        .arg(asked_for_ms(attempting.request))
+        .arg(attempting.waiting_as())
+        .arg(millis(WAITING_LOCKER))
+        .arg(attempting.seed);
+    call
+}
 
-    /// One attempt at the write side; a caller that waits (`waits_for` not zero) keeps
-    /// its place among the waiting writers for as long, but never longer than
-    /// [`PLACE_IN_LINE`] before it asks again.
-    pub(super) async fn attempt_write(
-        &self,
-        request: &Acquire,
-        waits_for: Duration,
-        asking: Asking,
-    ) -> Result<Attempt, LockError> {
-        let key = self.key(&request.key);
-        let place = waits_for.min(PLACE_IN_LINE);
-        let mut call = self.scripts.write_acquire.key(key.as_str());
-        call.key(key.fence())
-            .key(key.writers())
-            .key(key.lockers())
-            .arg(&*request.token)
-            .arg(millis(request.lease))
-            .arg(self.fence_ttl_ms(request.lease))
-            .arg(asked_for_ms(request))
-            // zero means "do not wait": not rounded up as leases are
-            .arg(u64::try_from(place.as_millis()).unwrap_or(u64::MAX))
-            .arg(self.listening_id())
-            .arg(millis(WAITING_LOCKER))
-            .arg(asking.seed);
-        // Cut short, it releases the lock should it be its own, and stops waiting.
-        let (reply, sent) = self
-            .send_acquire::<AcquireReply>(
-                &key,
-                &request.token,
-                &call,
-                Release::Write,
-                asking.cut_short,
-            )
-            .await?;
-        reply.attempt(request, sent)
-    }
+/// The write acquire script's call for `attempting` the write side of lock `key`; a
+/// caller that waits keeps its place among the waiting writers. Its reply is an
+/// [`AcquireReply`](super::scripts::AcquireReply).
+pub(super) fn write_acquire_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    attempting: &Attempting<'_>,
+) -> ScriptCall<'a> {
+    let mut call = scripts.write_acquire.key(key.as_str());
+    call.key(key.fence())
+        .key(key.writers())
+        .key(key.lockers())
+        .arg(&*attempting.request.token)
+        .arg(attempting.lease_ms())
+        .arg(attempting.fence_ttl_ms)
+        .arg(asked_for_ms(attempting.request))
+        .arg(attempting.place_ms())
+        .arg(attempting.listening_id)
+        .arg(millis(WAITING_LOCKER))
+        .arg(attempting.seed);
+    call
+}
 
-    /// The write release script's call for `token` on `key`: it releases the write side
-    /// if `token` holds it, and takes `token` out of the waiting writers.
-    pub(super) fn write_release_call<'a>(&'a self, key: &RedisKey, token: &str) -> ScriptCall<'a> {
-        let mut call = self.scripts.write_release.key(key.as_str());
-        call.key(key.writers())
-            .key(key.lockers())
-            .key(key.channel())
-            .arg(token);
-        call
-    }
+/// The write release script's call for `token` on `key`: it releases the write side if
+/// `token` holds it, and takes `token` out of the waiting writers.
+pub(super) fn write_release_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    token: &str,
+) -> ScriptCall<'a> {
+    let mut call = scripts.write_release.key(key.as_str());
+    call.key(key.writers())
+        .key(key.lockers())
+        .key(key.channel())
+        .arg(token);
+    call
 }
 
 /// How long ago the caller of `request` began to ask, in milliseconds: the store reckons

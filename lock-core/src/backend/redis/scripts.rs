@@ -2,20 +2,19 @@
 //!
 //! Every call is an `EVALSHA`. A server that lost its script cache (a restart, `SCRIPT
 //! FLUSH`) answers `NOSCRIPT`; the script is then loaded and the call repeated: by
-//! [`ScriptCall::invoke_async`] for one call, by [`pipelined`] for a pipeline of calls (the
-//! renewals). Each script has one reply shape, read with `FromRedisValue`.
+//! [`ScriptCall::invoke_async`] for one call, by [`pipelined`](super::routing::pipelined)
+//! for a pipeline of calls (the renewals). Each script has one reply shape, read with
+//! `FromRedisValue`.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, ParsingError, Pipeline, RedisResult, Script, ToRedisArgs, Value};
+use redis::{Cmd, FromRedisValue, ParsingError, RedisResult, Script, ToRedisArgs, Value};
 
 use super::connection::Conn;
-use super::sentinel::in_epoch;
-use super::slots::per_node;
+use super::fencing::in_epoch;
 use crate::backend::store::Acquire;
 use crate::kind::Sharing;
-use crate::semaphore::miscounted;
 use crate::wait::Attempt;
 use crate::{HolderInfo, LockError, LockInfo, LockKind};
 use tokio::time::Instant;
@@ -128,7 +127,7 @@ impl ScriptCall<'_> {
     }
 }
 
-fn is_noscript(e: &redis::RedisError) -> bool {
+pub(super) fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
@@ -247,50 +246,6 @@ impl Scripts {
     }
 }
 
-/// Runs a pipeline of calls of `script`, loading the script first if the server lost it.
-/// On a Redis Cluster, one pipeline per node ([`per_node`]).
-pub(super) async fn pipelined<T: FromRedisValue>(
-    conn: &mut Conn,
-    script: &LockScript,
-    calls: Vec<ScriptCall<'_>>,
-) -> RedisResult<Vec<T>> {
-    if let Conn::Cluster(cluster, slots) = conn {
-        return per_node(cluster, slots, calls).await;
-    }
-    let mut pipe = Pipeline::with_capacity(calls.len());
-    for call in calls {
-        pipe.add_command(call.cmd);
-    }
-    match pipe.query_async(conn).await {
-        Err(e) if is_noscript(&e) => {
-            script.load(conn).await?;
-            pipe.query_async(conn).await
-        }
-        reply => reply,
-    }
-}
-
-/// Where a new fence counter starts, the last argument of every script that draws tokens
-/// (`fence.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FenceSeed {
-    /// At the server's clock, in microseconds.
-    ServerClock,
-    /// At this value, a clock in microseconds too: RedLock gives all its masters the same
-    /// one, so that their new counters agree.
-    Given(u64),
-}
-
-impl ToRedisArgs for FenceSeed {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        let seed = match self {
-            Self::ServerClock => 0,
-            Self::Given(seed) => *seed,
-        };
-        seed.write_redis_args(out);
-    }
-}
-
 /// When an acquire script's call was sent, with the connection in hand (the lease runs
 /// from then: Redis sets the key no earlier than it receives the call), and the failover
 /// epoch of the master it went to.
@@ -352,7 +307,7 @@ impl AcquireReply {
                     LockKind::Semaphore { permits } => permits,
                     _ => 0,
                 };
-                Err(miscounted(&request.key, permits, asked))
+                Err(LockError::miscounted(&request.key, permits, asked))
             }
         }
     }

@@ -4,77 +4,58 @@
 //! is reclaimed by the next acquire that looks, on the server's clock. A permit release
 //! wakes one waiting `Locker`; a new count wakes them all.
 
-use std::time::Duration;
+use super::asking::{Attempting, WAITING_LOCKER, millis};
+use super::keys::RedisKey;
+use super::scripts::{ScriptCall, Scripts};
 
-use super::scripts::AcquireReply;
-use super::{Asking, RedisStore, Release, WAITING_LOCKER, millis};
-use crate::backend::store::Acquire;
-use crate::kind::Sharing;
-use crate::wait::Attempt;
-use crate::{LockError, LockKey};
+/// The permit acquire script's call for `attempting` a permit of semaphore `key`, asked
+/// for with `permits`; a caller that waits is registered among the `Locker`s a release
+/// wakes. Its reply is an [`AcquireReply`](super::scripts::AcquireReply).
+pub(super) fn acquire_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    attempting: &Attempting<'_>,
+    permits: u32,
+) -> ScriptCall<'a> {
+    let mut call = scripts.permit_acquire.key(key.as_str());
+    call.key(key.fence())
+        .key(key.holders())
+        .key(key.permits())
+        .key(key.lockers())
+        .arg(&*attempting.request.token)
+        .arg(attempting.lease_ms())
+        .arg(attempting.fence_ttl_ms)
+        .arg(permits)
+        .arg(attempting.waiting_as())
+        .arg(millis(WAITING_LOCKER))
+        .arg(attempting.seed);
+    call
+}
 
-impl RedisStore {
-    /// One attempt at a permit; a caller that waits (`waits_for` not zero) is registered
-    /// among the `Locker`s a release wakes.
-    pub(super) async fn attempt_permit(
-        &self,
-        request: &Acquire,
-        permits: u32,
-        waits_for: Duration,
-        asking: Asking,
-    ) -> Result<Attempt, LockError> {
-        let key = self.key(&request.key);
-        let mut call = self.scripts.permit_acquire.key(key.as_str());
-        call.key(key.fence())
-            .key(key.holders())
-            .key(key.permits())
-            .key(key.lockers())
-            .arg(&*request.token)
-            .arg(millis(request.lease))
-            .arg(self.fence_ttl_ms(request.lease))
-            .arg(permits)
-            .arg(self.waiting_as(waits_for))
-            .arg(millis(WAITING_LOCKER))
-            .arg(asking.seed);
-        let release = Release::Shared(Sharing::Permit);
-        let (reply, sent) = self
-            .send_acquire::<AcquireReply>(&key, &request.token, &call, release, asking.cut_short)
-            .await?;
-        reply.attempt(request, sent)
-    }
+/// The call that counts the free permits of semaphore `key`, whose handle asks with
+/// `permits`.
+pub(super) fn permits_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    permits: u32,
+) -> ScriptCall<'a> {
+    let mut call = scripts.permits.key(key.as_str());
+    call.key(key.holders()).key(key.permits()).arg(permits);
+    call
+}
 
-    /// Free permits of semaphore `key`, whose handle asks with `permits`.
-    pub(super) async fn available_permits(
-        &self,
-        key: &LockKey,
-        permits: u32,
-    ) -> Result<u32, LockError> {
-        let key = self.key(key);
-        let mut call = self.scripts.permits.key(key.as_str());
-        call.key(key.holders()).key(key.permits()).arg(permits);
-        self.connection
-            .run("count free permits", |mut conn| {
-                let call = &call;
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await
-    }
-
-    /// Stores `permits` as semaphore `key`'s count, kept as long as its fence counter.
-    pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
-        let key = self.key(key);
-        let mut call = self.scripts.set_permits.key(key.permits());
-        call.key(key.lockers())
-            .key(key.channel())
-            .arg(permits)
-            .arg(self.fence_ttl_ms(Duration::ZERO));
-        let _: i64 = self
-            .connection
-            .run("set a semaphore's count", |mut conn| {
-                let call = &call;
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await?;
-        Ok(())
-    }
+/// The call that stores `permits` as semaphore `key`'s count, kept `fence_ttl_ms` as
+/// its fence counter is, and wakes every waiting `Locker`.
+pub(super) fn set_permits_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    permits: u32,
+    fence_ttl_ms: u64,
+) -> ScriptCall<'a> {
+    let mut call = scripts.set_permits.key(key.permits());
+    call.key(key.lockers())
+        .key(key.channel())
+        .arg(permits)
+        .arg(fence_ttl_ms);
+    call
 }

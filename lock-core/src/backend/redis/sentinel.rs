@@ -11,27 +11,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, RedisError, RedisResult, Value};
 
-use super::connection::{Conn, InHand};
+use super::url::redact;
 use crate::LockError;
-
-/// The bits of a fencing token below the failover epoch: a counter seeded from the
-/// server clock in microseconds stays below 2^52 until the year 2112.
-const EPOCH_SHIFT: u32 = 52;
-/// The largest epoch that fits above them.
-const MAX_EPOCH: u64 = (1 << (64 - EPOCH_SHIFT)) - 1;
-
-/// The fencing token drawn as `raw` on a master of failover epoch `epoch`: every token of
-/// a later epoch is larger, even when the new master's counter lost the last draws of the
-/// old one. Epochs past 4,095 count as 4,095. Epoch 0 (no failover, or no Sentinel)
-/// leaves the token as drawn.
-pub(super) fn in_epoch(epoch: u64, raw: u64) -> u64 {
-    if epoch == 0 {
-        return raw;
-    }
-    (epoch.min(MAX_EPOCH) << EPOCH_SHIFT).saturating_add(raw)
-}
 
 /// The sentinels of one master, and how to reach what they name.
 #[derive(Debug)]
@@ -61,7 +45,7 @@ impl Sentinels {
             .iter()
             .map(|url| {
                 redis::Client::open(url.as_str()).map_err(|e| {
-                    LockError::Config(format!("invalid sentinel url {}: {e}", super::redact(url)))
+                    LockError::Config(format!("invalid sentinel url {}: {e}", redact(url)))
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -104,9 +88,10 @@ impl Sentinels {
         Err(last.unwrap_or_else(|| no_master("no sentinel")))
     }
 
-    /// A connection to the master, confirmed by `ROLE`: each sentinel in turn names one,
-    /// until one names a server that says it is the master.
-    pub(super) async fn master_connection(&self) -> RedisResult<InHand> {
+    /// A connection to the master, confirmed by `ROLE`, and the master's failover epoch:
+    /// each sentinel in turn names one, until one names a server that says it is the
+    /// master.
+    pub(super) async fn master_connection(&self) -> RedisResult<(MultiplexedConnection, u64)> {
         let mut last = None;
         for sentinel in &self.sentinels {
             let confirmed = async {
@@ -114,10 +99,7 @@ impl Sentinels {
                 let mut conn = master.get_multiplexed_async_connection().await?;
                 let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
                 match role.first() {
-                    Some(Value::BulkString(role)) if role == b"master" => Ok(InHand {
-                        conn: Conn::Node(conn),
-                        epoch,
-                    }),
+                    Some(Value::BulkString(role)) if role == b"master" => Ok((conn, epoch)),
                     _ => Err(no_master("the server a sentinel named is not a master")),
                 }
             };
@@ -170,28 +152,4 @@ fn no_master(why: &'static str) -> RedisError {
         "cannot find the master",
         why.to_owned(),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_later_epoch_outranks_every_token_of_an_earlier_one() {
-        let now_us = 1_795_563_254_076_183;
-        assert_eq!(
-            in_epoch(0, now_us),
-            now_us,
-            "no failover: the token as drawn"
-        );
-        let newest_of_epoch_1 = in_epoch(1, (1 << EPOCH_SHIFT) - 1);
-        assert!(in_epoch(1, 1) > in_epoch(0, now_us * 2));
-        assert!(in_epoch(2, 1) > newest_of_epoch_1);
-        assert!(in_epoch(1, now_us) < in_epoch(1, now_us + 1));
-        assert_eq!(
-            in_epoch(MAX_EPOCH + 7, 5),
-            in_epoch(MAX_EPOCH, 5),
-            "no overflow"
-        );
-    }
 }

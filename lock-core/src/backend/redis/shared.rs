@@ -5,6 +5,7 @@
 //! the next script that looks: no sweeper. The scripts' helpers are `shared.lua`.
 
 use super::keys::RedisKey;
+use super::scripts::{ScriptCall, Scripts};
 use crate::kind::Sharing;
 
 /// What the lock key holds while holds of `sharing` hold it, as the scripts take it: `""`
@@ -24,4 +25,22 @@ pub(super) fn holders(sharing: Sharing, key: &RedisKey) -> Option<String> {
         Sharing::Read => Some(key.readers()),
         Sharing::Permit => Some(key.holders()),
     }
+}
+
+/// The shared release script's call: `token`, sharing lock `key` as `sharing`, is one
+/// holder fewer. Its reply says whether `token` held the lock.
+pub(super) fn release_call<'a>(
+    scripts: &'a Scripts,
+    key: &RedisKey,
+    token: &str,
+    sharing: Sharing,
+) -> ScriptCall<'a> {
+    let mut call = scripts.shared_release.key(key.as_str());
+    call.key(holders(sharing, key))
+        .key(key.lockers())
+        .key(key.channel())
+        .key(key.writers())
+        .arg(token)
+        .arg(mark(sharing));
+    call
 }

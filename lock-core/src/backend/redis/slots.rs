@@ -1,40 +1,35 @@
-//! Renewals on a Redis Cluster, one pipeline per node ([`per_node`]), and which node
-//! serves a key.
+//! Which node of a Redis Cluster serves a key: the slot of a key, and the map of the
+//! masters serving each range of slots.
 //!
 //! redis-rs routes each command by its key, but keeps its slot map to itself. This one is
 //! read with `CLUSTER SLOTS` when first needed and read again after it was found out of
-//! date; a call it sends to the wrong node is sent again on its own, routed by redis-rs.
+//! date ([`super::routing`] says when).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures_util::future::join_all;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::SingleNodeRoutingInfo;
-use redis::{FromRedisValue, Pipeline, RedisResult, Value};
-
-use super::scripts::ScriptCall;
+use redis::{RedisResult, Value};
 
 /// The number of slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
 
 /// A node of the cluster, as `CLUSTER SLOTS` names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Node {
-    host: String,
-    port: u16,
+pub(super) struct Node {
+    pub(super) host: String,
+    pub(super) port: u16,
 }
 
 /// The master serving each range of slots.
 #[derive(Debug, Default)]
-struct SlotMap {
+pub(super) struct SlotMap {
     /// First slot, last slot, master; sorted by first slot.
     ranges: Vec<(u16, u16, Node)>,
 }
 
 impl SlotMap {
     /// The master serving `key`, if the map knows it.
-    fn node_of(&self, key: &[u8]) -> Option<&Node> {
+    pub(super) fn node_of(&self, key: &[u8]) -> Option<&Node> {
         let slot = slot_of(key);
         let i = self.ranges.partition_point(|(first, _, _)| *first <= slot);
         let (_, last, node) = self.ranges.get(i.checked_sub(1)?)?;
@@ -94,7 +89,7 @@ impl Slots {
     }
 
     /// The slot map, read from the cluster if not known.
-    async fn get(&self, conn: &mut ClusterConnection) -> RedisResult<Arc<SlotMap>> {
+    pub(super) async fn get(&self, conn: &mut ClusterConnection) -> RedisResult<Arc<SlotMap>> {
         if let Some(map) = self.map().clone() {
             return Ok(map);
         }
@@ -108,75 +103,9 @@ impl Slots {
     }
 
     /// The map turned out out of date: read it again next time.
-    fn forget(&self) {
+    pub(super) fn forget(&self) {
         *self.map() = None;
     }
-}
-
-/// Runs `calls` on a Redis Cluster, one pipeline per node as the slot map says. A call
-/// whose node the map does not know, or that its node did not run (a slot that moved, a
-/// node that failed, a lost script), is sent on its own, which follows `MOVED` and `ASK`
-/// and loads the script; after a pipeline that failed, the map is read again before the
-/// next pipelines.
-pub(super) async fn per_node<T: FromRedisValue>(
-    conn: &mut ClusterConnection,
-    slots: &Slots,
-    calls: Vec<ScriptCall<'_>>,
-) -> RedisResult<Vec<T>> {
-    let mut by_node: HashMap<&Node, Vec<usize>> = HashMap::new();
-    let map = slots.get(conn).await;
-    if let Ok(map) = &map {
-        for (i, call) in calls.iter().enumerate() {
-            if let Some(node) = call.first_key().and_then(|key| map.node_of(key)) {
-                by_node.entry(node).or_default().push(i);
-            }
-        }
-    }
-    let pipelines = by_node.into_iter().map(|(node, calls_of_node)| {
-        let mut pipe = Pipeline::with_capacity(calls_of_node.len());
-        for &i in &calls_of_node {
-            pipe.add_command(calls[i].cmd.clone());
-        }
-        let route = SingleNodeRoutingInfo::ByAddress {
-            host: node.host.clone(),
-            port: node.port,
-        };
-        let mut conn = conn.clone();
-        async move {
-            let count = calls_of_node.len();
-            let replies = conn.route_pipeline(pipe, 0, count, route).await;
-            (calls_of_node, replies)
-        }
-    });
-    let mut replies: Vec<Option<Value>> = vec![None; calls.len()];
-    let mut stale = false;
-    for (calls_of_node, answered) in join_all(pipelines).await {
-        let Ok(answered) = answered else {
-            stale = true;
-            continue;
-        };
-        for (i, reply) in calls_of_node.into_iter().zip(answered) {
-            match reply {
-                Value::ServerError(_) => stale = true,
-                reply => replies[i] = Some(reply),
-            }
-        }
-    }
-    if stale {
-        slots.forget();
-    }
-    let alone = (0..calls.len()).filter(|&i| replies[i].is_none());
-    let sent_alone = alone.map(|i| {
-        let (call, mut conn) = (&calls[i], conn.clone());
-        async move { (i, call.invoke_async::<Value, _>(&mut conn).await) }
-    });
-    for (i, reply) in join_all(sent_alone).await {
-        replies[i] = Some(reply?);
-    }
-    replies
-        .into_iter()
-        .map(|reply| Ok(T::from_redis_value(reply.unwrap_or(Value::Nil))?))
-        .collect()
 }
 
 /// The slot of `key`: CRC16 of its hash tag (what is between its first `{` and the next
