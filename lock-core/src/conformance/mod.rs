@@ -137,7 +137,7 @@ pub trait StoreUnderTest: Send + Sync + 'static {
 /// to `mod name { .. }` with one `#[test]` per suite test, each running on a runtime of
 /// its own, making a fresh store under test with the expression `make`, and running the
 /// test on it within [`TEST_LIMIT`](crate::conformance::TEST_LIMIT). See the
-/// [module docs](crate::conformance).
+/// [module docs](mod@crate::conformance).
 #[macro_export]
 macro_rules! conformance {
     ($store:ident, $make:expr) => {
