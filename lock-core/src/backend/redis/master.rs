@@ -36,12 +36,12 @@ impl RedisStore {
 
     /// How long it waits to connect.
     pub(crate) fn connect_timeout(&self) -> Duration {
-        self.connection.connect_timeout()
+        self.0.connection.connect_timeout()
     }
 
     /// How long a waiter with wake-ups waits before trying again anyway.
     pub(crate) fn safety_poll(&self) -> Duration {
-        self.safety_poll
+        self.0.safety_poll
     }
 }
 
@@ -66,9 +66,10 @@ impl Master for RedisStore {
         lease: Duration,
     ) -> Result<(), LockError> {
         let key = self.key(key);
-        let mut call = self.scripts.raise_fence.key(key.fence());
+        let mut call = self.0.scripts.raise_fence.key(key.fence());
         call.arg(fence).arg(self.fence_ttl_ms(lease));
-        self.connection
+        self.0
+            .connection
             .run("raise a fence counter", |mut conn| {
                 let call = &call;
                 async move { call.invoke_async::<i64, _>(&mut conn).await }
@@ -92,13 +93,13 @@ impl Master for RedisStore {
     }
 
     fn ready_to_listen(&self) {
-        if let Some(hub) = &self.hub {
+        if let Some(hub) = &self.0.hub {
             hub.ensure_running();
         }
     }
 
     fn listen(&self, line_key: &Arc<str>) {
-        if let Some(hub) = &self.hub {
+        if let Some(hub) = &self.0.hub {
             hub.subscribe(line_key.clone());
         }
     }
@@ -108,7 +109,7 @@ impl Master for RedisStore {
     }
 
     fn stop_listening(&self, line_key: &Arc<str>, last: LastWaiter) {
-        if let Some(hub) = &self.hub {
+        if let Some(hub) = &self.0.hub {
             hub.idle(line_key.clone());
         }
         if last == LastWaiter::GaveUp {

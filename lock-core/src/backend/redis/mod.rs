@@ -31,7 +31,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::Deref;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -135,10 +134,9 @@ struct RedisConfig {
 #[derive(Clone)]
 pub struct RedisStore(Arc<Inner>);
 
-/// What the clones of a [`RedisStore`] share. Public only because its `Deref` names it:
-/// nothing of it is.
+/// What the clones of a [`RedisStore`] share.
 #[derive(Debug)]
-pub struct Inner {
+struct Inner {
     connection: Connection,
     scripts: Scripts,
     namespace: String,
@@ -154,22 +152,12 @@ pub struct Inner {
     background: TaskTracker,
 }
 
-/// For the store's own code, not an API.
-#[doc(hidden)]
-impl Deref for RedisStore {
-    type Target = Inner;
-
-    fn deref(&self) -> &Inner {
-        &self.0
-    }
-}
-
 /// Where its server is, never with a password.
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("address", &self.connection.address())
-            .field("namespace", &self.namespace)
+            .field("address", &self.0.connection.address())
+            .field("namespace", &self.0.namespace)
             .finish_non_exhaustive()
     }
 }
@@ -231,35 +219,35 @@ impl RedisStore {
 
     /// Opens the commands' connection and loads the scripts, within the connect timeout.
     pub(crate) async fn ready(&self) -> Result<(), LockError> {
-        let connect_timeout = self.connection.connect_timeout();
+        let connect_timeout = self.0.connection.connect_timeout();
         match tokio::time::timeout(connect_timeout, self.load_scripts()).await {
             Ok(result) => result,
             Err(_) => Err(LockError::backend(
-                format!("cannot connect to redis at {}", self.connection.address()),
+                format!("cannot connect to redis at {}", self.0.connection.address()),
                 format!("no answer within {connect_timeout:?}"),
             )),
         }
     }
 
     async fn load_scripts(&self) -> Result<(), LockError> {
-        let mut conn = self.connection.get().await?;
-        for script in self.scripts.all() {
+        let mut conn = self.0.connection.get().await?;
+        for script in self.0.scripts.all() {
             script
                 .load(&mut conn)
                 .await
-                .map_err(|e| self.connection.error("load the lock scripts", e))?;
+                .map_err(|e| self.0.connection.error("load the lock scripts", e))?;
         }
         Ok(())
     }
 
     /// The lock's key in Redis.
     fn key(&self, key: &LockKey) -> RedisKey {
-        RedisKey::new(&self.namespace, key)
+        RedisKey::new(&self.0.namespace, key)
     }
 
     /// How long the fence counter is kept: at least as long as a lease drawn from it.
     fn fence_ttl_ms(&self, lease: Duration) -> u64 {
-        self.fence_ttl_ms.max(millis(lease))
+        self.0.fence_ttl_ms.max(millis(lease))
     }
 
     /// Runs `work` in the background, counted for [`Store::flush`]; `what` it does is
@@ -267,7 +255,7 @@ impl RedisStore {
     fn spawn(&self, what: &str, work: impl Future<Output = ()> + Send + 'static) {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                self.background.spawn_on(work, &runtime);
+                self.0.background.spawn_on(work, &runtime);
             }
             Err(_) => tracing::warn!("no tokio runtime to {what} in"),
         }
@@ -284,20 +272,23 @@ impl RedisStore {
     ) -> redis::RedisResult<bool> {
         let call = match how {
             Release::Holder(LockKind::Exclusive) => {
-                let own_waiters = self.own_waiters(self.lines.get(key.as_str()).as_deref());
+                let own_waiters = self.own_waiters(self.0.lines.get(key.as_str()).as_deref());
                 return self.free_exclusive(conn, key, token, own_waiters).await;
             }
-            Release::Holder(LockKind::Fair) => {
-                fair::release_call(&self.scripts.fair_release, key, token, self.fence_ttl_ms)
-            }
+            Release::Holder(LockKind::Fair) => fair::release_call(
+                &self.0.scripts.fair_release,
+                key,
+                token,
+                self.0.fence_ttl_ms,
+            ),
             Release::Leave => {
-                fair::release_call(&self.scripts.fair_leave, key, token, self.fence_ttl_ms)
+                fair::release_call(&self.0.scripts.fair_leave, key, token, self.0.fence_ttl_ms)
             }
             Release::Holder(LockKind::Write) => {
-                read_write::write_release_call(&self.scripts, key, token)
+                read_write::write_release_call(&self.0.scripts, key, token)
             }
             Release::Holder(kind @ (LockKind::Read | LockKind::Semaphore { .. })) => {
-                shared::release_call(&self.scripts, key, token, kind.sharing())
+                shared::release_call(&self.0.scripts, key, token, kind.sharing())
             }
         };
         call.invoke_async(conn).await
@@ -323,6 +314,7 @@ impl RedisStore {
             armed: cut_short == CutShort::Release,
         };
         let sent = self
+            .0
             .connection
             .run_in_hand("acquire", |mut in_hand| async move {
                 let sent = Sent {
@@ -354,7 +346,7 @@ impl RedisStore {
                 .map(|(r, key)| {
                     let sharing = r.hold.kind.sharing();
                     let holders = shared::holders(sharing, key);
-                    let mut call = self.scripts.extend.key(key.as_str());
+                    let mut call = self.0.scripts.extend.key(key.as_str());
                     call.key(holders.as_deref().unwrap_or(key.as_str()))
                         .arg(r.hold.token)
                         .arg(millis(r.lease))
@@ -364,7 +356,7 @@ impl RedisStore {
                 .collect();
             // Each lease runs from here, with the connection in hand.
             let sent_at = Instant::now();
-            let held: Vec<bool> = routing::pipelined(conn, &self.scripts.extend, calls).await?;
+            let held: Vec<bool> = routing::pipelined(conn, &self.0.scripts.extend, calls).await?;
             let until = held.into_iter().zip(leases);
             renewed.extend(until.map(|(held, r)| held.then_some(sent_at + r.lease)));
         }
@@ -389,7 +381,7 @@ impl RedisStore {
             listening_id: self.listening_id(),
             seed: asking.seed,
         };
-        let scripts = &self.scripts;
+        let scripts = &self.0.scripts;
         let call = match request.kind {
             LockKind::Fair => return self.attempt_fair(&key, &attempting).await,
             LockKind::Exclusive => exclusive::acquire_call(scripts, &key, &attempting),
@@ -413,7 +405,7 @@ impl RedisStore {
         key: &RedisKey,
         attempting: &Attempting<'_>,
     ) -> Result<Attempt, LockError> {
-        let call = fair::acquire_call(&self.scripts, key, attempting, self.channels.id());
+        let call = fair::acquire_call(&self.0.scripts, key, attempting, self.0.channels.id());
         let token = &attempting.request.token;
         let (reply, sent) = self
             .send_acquire(key, token, &call, Release::Leave, CutShort::Release)
@@ -432,10 +424,10 @@ impl RedisStore {
                 self.hand_over(key, token, claim).instrument(span).await
             }
             ReleasePlan::Free(own_waiters) => {
-                let mut conn = self.connection.get().await?;
+                let mut conn = self.0.connection.get().await?;
                 self.free_exclusive(&mut conn, key, token, own_waiters)
                     .await
-                    .map_err(|e| self.connection.error("release", e))
+                    .map_err(|e| self.0.connection.error("release", e))
             }
         }
     }
@@ -450,16 +442,22 @@ impl RedisStore {
         token: &str,
         own_waiters: OwnWaiters,
     ) -> RedisResult<bool> {
-        let call =
-            exclusive::release_call(&self.scripts, key, token, self.listening_id(), own_waiters);
+        let call = exclusive::release_call(
+            &self.0.scripts,
+            key,
+            token,
+            self.listening_id(),
+            own_waiters,
+        );
         call.invoke_async(conn).await
     }
 
     /// Free permits of semaphore `key`, whose handle asks with `permits`.
     async fn available_permits(&self, key: &LockKey, permits: u32) -> Result<u32, LockError> {
         let key = self.key(key);
-        let call = semaphore::permits_call(&self.scripts, &key, permits);
-        self.connection
+        let call = semaphore::permits_call(&self.0.scripts, &key, permits);
+        self.0
+            .connection
             .run("count free permits", |mut conn| {
                 let call = &call;
                 async move { call.invoke_async(&mut conn).await }
@@ -471,8 +469,9 @@ impl RedisStore {
     async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
         let key = self.key(key);
         let fence_ttl_ms = self.fence_ttl_ms(Duration::ZERO);
-        let call = semaphore::set_permits_call(&self.scripts, &key, permits, fence_ttl_ms);
+        let call = semaphore::set_permits_call(&self.0.scripts, &key, permits, fence_ttl_ms);
         let _: i64 = self
+            .0
             .connection
             .run("set a semaphore's count", |mut conn| {
                 let call = &call;
@@ -488,13 +487,14 @@ impl RedisStore {
     /// connection saw, which the server does not record.
     async fn seen(&self, key: &LockKey) -> Result<Option<Seen>, LockError> {
         let key = self.key(key);
-        let mut call = self.scripts.inspect.key(key.as_str());
+        let mut call = self.0.scripts.inspect.key(key.as_str());
         call.key(key.fence())
             .key(key.readers())
             .key(key.holders())
             .key(key.permits())
             .key(key.lockers());
-        self.connection
+        self.0
+            .connection
             .run_in_hand("inspect a lock", |mut in_hand| {
                 let call = &call;
                 async move {
@@ -516,11 +516,11 @@ impl RedisStore {
         let (store, key, token) = (self.clone(), key.clone(), token.to_owned());
         self.spawn("release a lock", async move {
             let released = async {
-                let mut conn = store.connection.get().await?;
+                let mut conn = store.0.connection.get().await?;
                 store
                     .release_on(&mut conn, &key, &token, how)
                     .await
-                    .map_err(|e| store.connection.error("release", e))
+                    .map_err(|e| store.0.connection.error("release", e))
             };
             if let Err(e) = released.await {
                 tracing::warn!(key = %key, error = %e, "background release failed; the lease will expire");
@@ -550,8 +550,8 @@ impl RedisStore {
 
     /// This `Locker`'s id, under which a release can wake it; empty without pub/sub.
     fn listening_id(&self) -> &str {
-        if self.hub.is_some() {
-            self.channels.id()
+        if self.0.hub.is_some() {
+            self.0.channels.id()
         } else {
             ""
         }
@@ -560,10 +560,10 @@ impl RedisStore {
     /// How the holder of exclusive lock `key` gives it back: to a local waiter if one can
     /// be handed it, else free. One look at the lock's line serves both.
     fn plan_release(&self, key: &RedisKey) -> ReleasePlan {
-        let line = self.lines.get(key.as_str());
-        if self.local_handovers > 0
+        let line = self.0.lines.get(key.as_str());
+        if self.0.local_handovers > 0
             && let Some(line) = &line
-            && let Some(waiter) = line.claim_for_handover(self.local_handovers)
+            && let Some(waiter) = line.claim_for_handover(self.0.local_handovers)
         {
             return ReleasePlan::Handover(Claim::new(waiter));
         }
@@ -573,7 +573,7 @@ impl RedisStore {
     /// Whether this `Locker`'s waiters in `line`, if any, are to be woken by a release of
     /// their lock.
     fn own_waiters(&self, line: Option<&Line<Listening>>) -> OwnWaiters {
-        if self.hub.is_some() && line.is_some_and(Line::has_waiters) {
+        if self.0.hub.is_some() && line.is_some_and(Line::has_waiters) {
             OwnWaiters::Listening
         } else {
             OwnWaiters::None
@@ -592,15 +592,15 @@ impl RedisStore {
         let waiter = claim.waiter().clone();
         let lease = waiter.lease;
         let fence_ttl_ms = self.fence_ttl_ms(lease);
-        let call = handover::handover_call(&self.scripts, key, token, &waiter, fence_ttl_ms);
-        let InHand { mut conn, epoch } = self.connection.in_hand().await?;
+        let call = handover::handover_call(&self.0.scripts, key, token, &waiter, fence_ttl_ms);
+        let InHand { mut conn, epoch } = self.0.connection.in_hand().await?;
         // The waiter's lease runs from here, with the connection in hand.
         let sent_at = Instant::now();
         let reply: Option<u64> = match call.invoke_async(&mut conn).await {
             Ok(reply) => reply,
             // It may have run: should the waiter give up, it frees what it may hold
             // (the claim, dropped, says so).
-            Err(e) => return Err(self.connection.error("release", e)),
+            Err(e) => return Err(self.0.connection.error("release", e)),
         };
         claim.answered();
         let Some(fence) = reply.map(|raw| in_epoch(epoch, raw)) else {
@@ -609,7 +609,7 @@ impl RedisStore {
         };
         tracing::debug!(fence, "lock handed over to a local waiter");
         if waiter.handed_over(fence, sent_at + lease) == Leftover::Release {
-            let own_waiters = self.own_waiters(self.lines.get(key.as_str()).as_deref());
+            let own_waiters = self.own_waiters(self.0.lines.get(key.as_str()).as_deref());
             let freed = self
                 .free_exclusive(&mut conn, key, &waiter.token, own_waiters)
                 .await;
@@ -626,9 +626,10 @@ impl RedisStore {
         let (store, key) = (self.clone(), key.clone());
         self.spawn("relay a wake-up", async move {
             let relayed: Result<bool, LockError> = store
+                .0
                 .connection
                 .run("relay a wake-up", |mut conn| {
-                    let call = handover::relay_call(&store.scripts, &key, store.channels.id());
+                    let call = handover::relay_call(&store.0.scripts, &key, store.0.channels.id());
                     async move { call.invoke_async(&mut conn).await }
                 })
                 .await;
@@ -644,10 +645,10 @@ impl RedisStore {
         let (store, key) = (self.clone(), key.clone());
         self.spawn("leave the waiting lockers", async move {
             let removed: Result<i64, LockError> = store
-                .connection
+                .0.connection
                 .run("leave the waiting lockers", |mut conn| {
                     let mut zrem = redis::cmd("ZREM");
-                    zrem.arg(key.lockers()).arg(store.channels.id());
+                    zrem.arg(key.lockers()).arg(store.0.channels.id());
                     async move { zrem.query_async(&mut conn).await }
                 })
                 .await;
@@ -678,10 +679,10 @@ impl Store for RedisStore {
             match hold.kind {
                 LockKind::Exclusive => self.release_exclusive(&key, hold.token).await,
                 kind => {
-                    let mut conn = self.connection.get().await?;
+                    let mut conn = self.0.connection.get().await?;
                     self.release_on(&mut conn, &key, hold.token, Release::Holder(kind))
                         .await
-                        .map_err(|e| self.connection.error("release", e))
+                        .map_err(|e| self.0.connection.error("release", e))
                 }
             }
         })
@@ -690,7 +691,8 @@ impl Store for RedisStore {
     fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
         Box::pin(async move {
             let keys: Vec<RedisKey> = leases.iter().map(|r| self.key(r.hold.key)).collect();
-            self.connection
+            self.0
+                .connection
                 .run("renew leases", |mut conn| {
                     let keys = &keys;
                     async move { self.renew_on(&mut conn, leases, keys).await }
@@ -704,11 +706,12 @@ impl Store for RedisStore {
             let key = self.key(hold.key);
             let sharing = hold.kind.sharing();
             let holders = shared::holders(sharing, &key);
-            let mut call = self.scripts.held.key(key.as_str());
+            let mut call = self.0.scripts.held.key(key.as_str());
             call.key(holders.as_deref().unwrap_or(key.as_str()))
                 .arg(hold.token)
                 .arg(shared::mark(sharing));
-            self.connection
+            self.0
+                .connection
                 .run("ask whether a lock is held", |mut conn| {
                     let call = &call;
                     async move { call.invoke_async(&mut conn).await }
@@ -720,12 +723,13 @@ impl Store for RedisStore {
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let key = self.key(key);
-            let mut call = self.scripts.force_unlock.key(key.as_str());
+            let mut call = self.0.scripts.force_unlock.key(key.as_str());
             call.key(key.readers())
                 .key(key.holders())
                 .key(key.lockers())
                 .key(key.channel());
-            self.connection
+            self.0
+                .connection
                 .run("force a lock open", |mut conn| {
                     let call = &call;
                     async move { call.invoke_async(&mut conn).await }
@@ -749,14 +753,14 @@ impl Store for RedisStore {
 
     fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
-            self.background.close();
-            self.background.wait().await;
-            self.background.reopen();
+            self.0.background.close();
+            self.0.background.wait().await;
+            self.0.background.reopen();
         })
     }
 
     fn close(&self) {
-        if let Some(hub) = &self.hub {
+        if let Some(hub) = &self.0.hub {
             hub.stop();
         }
     }
@@ -777,15 +781,15 @@ impl ClientWait for RedisStore {
 
     fn join(&self, request: &Acquire) -> Joined<Listening> {
         let key = self.key(&request.key);
-        let Some(hub) = &self.hub else {
+        let Some(hub) = &self.0.hub else {
             return Joined {
-                line: self.lines.join(key.shared(), |_| {}),
+                line: self.0.lines.join(key.shared(), |_| {}),
                 already_listening: false,
             };
         };
         hub.ensure_running();
         let mut joined_others = false;
-        let line = self.lines.join(key.shared(), |edge| match edge {
+        let line = self.0.lines.join(key.shared(), |edge| match edge {
             Edge::Changed => hub.subscribe(key.shared().clone()),
             Edge::Unchanged => joined_others = true,
         });
@@ -797,7 +801,7 @@ impl ClientWait for RedisStore {
     }
 
     fn handover(&self, kind: LockKind) -> Handover {
-        if kind == LockKind::Exclusive && self.local_handovers > 0 {
+        if kind == LockKind::Exclusive && self.0.local_handovers > 0 {
             Handover::Waiting { may_hold: false }
         } else {
             Handover::Off
@@ -809,7 +813,7 @@ impl ClientWait for RedisStore {
         line: &Line<Listening>,
         limit: Duration,
     ) -> impl Future<Output = ()> + Send {
-        let hub = self.hub.is_some();
+        let hub = self.0.hub.is_some();
         async move {
             if hub {
                 let _ = tokio::time::timeout(limit, line.listening.until_ready()).await;
@@ -828,11 +832,11 @@ impl ClientWait for RedisStore {
     ) -> Duration {
         const GRACE: Duration = Duration::from_millis(1);
         let cap = if line.listening.is_ready() {
-            self.safety_poll.mul_f64(0.75 + fastrand::f64() * 0.25)
+            self.0.safety_poll.mul_f64(0.75 + fastrand::f64() * 0.25)
         } else {
             // No wake-ups: back off from 5 ms to the safety poll, jittered.
             let step = Duration::from_millis(5) * 2u32.pow(failed.min(10));
-            step.min(self.safety_poll)
+            step.min(self.0.safety_poll)
                 .mul_f64(0.5 + fastrand::f64() * 0.5)
         };
         holder_ttl.map_or(cap, |ttl| (ttl + GRACE).min(cap))
@@ -841,12 +845,12 @@ impl ClientWait for RedisStore {
     fn left(&self, left: Left<'_, Listening>) {
         let key = RedisKey::from_redis(left.line.key());
         self.leave_store_line(&key, &left);
-        let Some(hub) = &self.hub else {
-            self.lines.leave(left.line, WhenEmpty::Remove, |_| {});
+        let Some(hub) = &self.0.hub else {
+            self.0.lines.leave(left.line, WhenEmpty::Remove, |_| {});
             return;
         };
         let mut last = false;
-        self.lines.leave(left.line, WhenEmpty::Linger, |edge| {
+        self.0.lines.leave(left.line, WhenEmpty::Linger, |edge| {
             if edge == Edge::Changed {
                 hub.idle(key.shared().clone());
                 last = true;
