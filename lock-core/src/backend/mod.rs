@@ -151,17 +151,19 @@
 //! # The rules each kind keeps, on Redis and in memory
 //!
 //! Both stores of this crate decide the same things, Redis in its Lua scripts
-//! (`src/scripts/`) and memory in `backend/memory/`, where one rule in `admission.rs`
-//! decides who goes in for every kind. A change to one rule changes both sides of its
-//! row.
+//! (`src/scripts/`) and memory in `backend/memory/`. On each side one rule decides who
+//! goes in for every kind: `admits` in `admission.lua`, prepended to every script that
+//! takes a lock, and `admits` in `admission.rs`, with the same parameter (what the hold
+//! takes of the lock, and who may wait ahead of it). A change to one rule changes both
+//! sides of its row.
 //!
 //! | rule | Redis | memory |
 //! |---|---|---|
-//! | **exclusive** is taken when nobody holds the name, as any kind | `acquire.lua` (`SET NX PX`) | `admission.rs`: `admits` |
-//! | **fair** is taken when nobody holds the name and the caller is first in line (or the line is empty); a caller that waits takes a place at the back; a release, or a free lock found with a line, hands it to the first in line, drawing that waiter's fencing token | `fair_acquire.lua`, `fair_release.lua`, `fair_leave.lua` (over `fair_line.lua`) | `admission.rs`: `admits`; `state.rs`: `Entry::wait`, `Entry::hand_over`; `mod.rs`: `try_acquire`; `wake.rs`: `Wake::after_release` |
-//! | **read** is taken when no other kind holds the name and no writer that began to ask no later than the reader waits | `read_acquire.lua` | `admission.rs`: `admits` |
-//! | **write** is taken when nobody holds the name; a writer that waits is counted among the waiting writers with when it began to ask, until it takes the lock or leaves | `write_acquire.lua`, `write_release.lua` | `admission.rs`: `admits`; `state.rs`: `Entry::wait`, `Entry::stop_waiting`; `mod.rs`: `stop_waiting_to_write` |
-//! | **permit** is taken while fewer than the stored count hold one and no other kind holds the name; the count is stored on first use, and asking with another is `Config` | `permit_acquire.lua`, `set_permits.lua`, `permits.lua` | `admission.rs`: `admits`, `free_permits`; `mod.rs`: `try_acquire`, `set_permits`, `available` |
+//! | **exclusive** is taken when nobody holds the name, as any kind | `admission.lua`: `admits`; `acquire.lua` | `admission.rs`: `admits` |
+//! | **fair** is taken when nobody holds the name and the caller is first in line (or the line is empty); a caller that waits takes a place at the back; a release, or a free lock found with a line, hands it to the first in line, drawing that waiter's fencing token | `admission.lua`: `admits`; `fair_acquire.lua`, `fair_release.lua`, `fair_leave.lua` (over `fair_line.lua`) | `admission.rs`: `admits`; `state.rs`: `Entry::wait`, `Entry::hand_over`; `mod.rs`: `try_acquire`; `wake.rs`: `Wake::after_release` |
+//! | **read** is taken when no other kind holds the name and no writer that began to ask no later than the reader waits | `admission.lua`: `admits`; `read_acquire.lua`: `writer_ahead` | `admission.rs`: `admits`; `state.rs`: `Entry::writer_waiting_since` |
+//! | **write** is taken when nobody holds the name; a writer that waits is counted among the waiting writers with when it began to ask, until it takes the lock or leaves | `admission.lua`: `admits`; `write_acquire.lua`, `write_release.lua` | `admission.rs`: `admits`; `state.rs`: `Entry::wait`, `Entry::stop_waiting`; `mod.rs`: `stop_waiting_to_write` |
+//! | **permit** is taken while fewer than the stored count hold one and no other kind holds the name; the count is stored on first use, and asking with another is `Config` | `admission.lua`: `admits`; `permit_acquire.lua`, `set_permits.lua`, `permits.lua` | `admission.rs`: `admits`, `free_permits`; `mod.rs`: `try_acquire`, `set_permits`, `available` |
 //! | **fencing token**: each holder draws the counter plus one as it is made a holder; a counter that ran out starts again from the wall clock in microseconds; its expiry is renewed every 64 tokens, and lasts at least the lease drawn | `fence.lua` | `fence.rs`: `Fence::draw` |
 //! | **wake-ups**: an exclusive release wakes one waiting `Locker`; a write's release, or the last read's, wakes every waiter but the writers, and the writer that has waited longest; another read's wakes nobody; a permit's wakes one | `release.lua`, `write_release.lua`, `shared_release.lua` | `wake.rs`: `Wake::after_release` |
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |

@@ -9,16 +9,19 @@
 -- ARGV[5] expiry of the waiting Lockers' set in milliseconds
 -- Returns {1, fencing token} when the caller holds the lock; {0, the holder's lease left in
 -- ms} when someone else does (-1: a holder with no lease).
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local lock, token = KEYS[1], ARGV[1]
+local owner = redis.call('GET', lock)
+if admits(owner) then
+  redis.call('SET', lock, token, 'PX', ARGV[2])
   return {1, draw_fence(KEYS[2], ARGV[3])}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if owner == token then
   -- This same acquisition, retried because the connection died before its reply came:
   -- the first attempt went through, and its token is the counter's current value.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', lock, ARGV[2])
   return {1, current_fence(KEYS[2], ARGV[3])}
 end
 if ARGV[4] ~= '' then
   register(KEYS[3], ARGV[4], ARGV[5])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', lock)}

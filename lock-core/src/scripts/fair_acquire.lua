@@ -18,11 +18,16 @@ if owner == token then
   -- retried because the connection died before its reply came.
   return {1, current_fence(counter, ARGV[3]), redis.call('PTTL', lock)}
 end
-if not owner then
-  local head, lease, locker = next_in_line()
-  if not head or head == token then
-    return {1, take(token, ARGV[2], ARGV[3]), tonumber(ARGV[2])}
-  end
+-- The first in line is taken out of it to see who it is: whoever it is gets the lock.
+local head, lease, locker
+local function someone_ahead()
+  head, lease, locker = next_in_line()
+  return head ~= nil and head ~= token
+end
+if admits(owner, nil, someone_ahead) then
+  return {1, take(token, ARGV[2], ARGV[3]), tonumber(ARGV[2])}
+end
+if head then
   -- Free (its holder's lease ran out, or an exclusive release freed it) with someone
   -- ahead of the caller: it is theirs.
   hand_over(head, lease, locker, ARGV[3])

@@ -21,14 +21,13 @@ if count ~= tonumber(ARGV[4]) then
 end
 redis.call('SET', count_key, count, 'PX', ARGV[3])
 local now_ms = clock_ms()
-if not owner or owner == 'semaphore' then
-  prune(holders, now_ms)
-  -- A retried attempt finds its token there already: it takes no second permit.
-  if redis.call('ZCARD', holders) < count or redis.call('ZSCORE', holders, ARGV[1]) then
-    redis.call('ZADD', holders, now_ms + tonumber(ARGV[2]), ARGV[1])
-    stretch(lock, holders, 'semaphore', now_ms)
-    return {1, draw_fence(KEYS[2], ARGV[3])}
-  end
+prune(holders, now_ms)
+-- A retried attempt finds its token there already: it takes no second permit.
+if admits(owner, {mark = 'semaphore', holders = holders, count = count})
+    or (owner == 'semaphore' and redis.call('ZSCORE', holders, ARGV[1])) then
+  redis.call('ZADD', holders, now_ms + tonumber(ARGV[2]), ARGV[1])
+  stretch(lock, holders, 'semaphore', now_ms)
+  return {1, draw_fence(KEYS[2], ARGV[3])}
 end
 if ARGV[5] ~= '' then
   register(KEYS[5], ARGV[5], ARGV[6])

@@ -16,21 +16,25 @@
 -- (-2: none, a writer waits ahead) when it must wait.
 local lock, readers, writers = KEYS[1], KEYS[3], KEYS[4]
 local now_ms = clock_ms()
-local owner = redis.call('GET', lock)
-local may_read = not owner or owner == 'read'
-if may_read then
-  local asked_at = now_ms - tonumber(ARGV[4])
+local asked_at = now_ms - tonumber(ARGV[4])
+
+-- Whether a writer that began to ask no later than the caller waits; the writers whose
+-- place ran out are dropped.
+local function writer_ahead()
+  local ahead = false
   local waiting = redis.call('HGETALL', writers)
   for i = 1, #waiting, 2 do
     local since, place = string.match(waiting[i + 1], '^(%d+):(%d+):%x*$')
     if not place or tonumber(place) <= now_ms then
       redis.call('HDEL', writers, waiting[i])
     elseif tonumber(since) <= asked_at then
-      may_read = false
+      ahead = true
     end
   end
+  return ahead
 end
-if not may_read then
+
+if not admits(redis.call('GET', lock), {mark = 'read'}, writer_ahead) then
   if ARGV[5] ~= '' then
     register(KEYS[5], ARGV[5], ARGV[6])
   end

@@ -18,11 +18,13 @@
 -- Returns {1, fencing token} when the caller holds the lock; {0, the holder's lease left
 -- in ms} when it waits.
 local lock, writers, token = KEYS[1], KEYS[3], ARGV[1]
-if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
+local owner = redis.call('GET', lock)
+if admits(owner) then
+  redis.call('SET', lock, token, 'PX', ARGV[2])
   redis.call('HDEL', writers, token)
   return {1, draw_fence(KEYS[2], ARGV[3])}
 end
-if redis.call('GET', lock) == token then
+if owner == token then
   -- This same attempt, retried because the connection died before its reply came.
   redis.call('PEXPIRE', lock, ARGV[2])
   return {1, current_fence(KEYS[2], ARGV[3])}

@@ -1,6 +1,7 @@
-//! The exclusive lock: the string key `P{K}` holding its owner's token, set with
-//! `SET NX PX` (the protocol of redis-py's `Lock`, node-redlock and redsync), its
-//! fencing token drawn in the same script, and a compare-and-delete to release it.
+//! The exclusive lock: the string key `P{K}` holding its owner's token, set with a `PX`
+//! expiry only while nobody holds it (the layout of redis-py's `Lock`, node-redlock and
+//! redsync, whose `SET NX PX` ours excludes), its fencing token drawn in the same script,
+//! and a compare-and-delete to release it.
 
 use super::asking::{Attempting, WAITING_LOCKER, millis};
 use super::handover::OwnWaiters;

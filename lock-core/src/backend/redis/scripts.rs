@@ -178,7 +178,7 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new(publish: Publish) -> Self {
         Self {
-            acquire: script!(publish, 3: "fence.lua", "lockers.lua", "acquire.lua"),
+            acquire: script!(publish, 3: "fence.lua", "lockers.lua", "admission.lua", "acquire.lua"),
             release: script!(publish, 3: "lockers.lua", "release.lua"),
             extend: script!(publish, 2: "shared.lua", "extend.lua"),
             handover: script!(publish, 2: "fence.lua", "handover.lua"),
@@ -186,6 +186,7 @@ impl Scripts {
             fair_acquire: script!(publish, 6: "fence.lua",
                 "lockers.lua",
                 "fair_line.lua",
+                "admission.lua",
                 "fair_acquire.lua"
             ),
             fair_release: script!(publish, 6: "fence.lua",
@@ -198,10 +199,16 @@ impl Scripts {
                 "fair_line.lua",
                 "fair_leave.lua"
             ),
-            read_acquire: script!(publish, 5: "fence.lua", "lockers.lua", "shared.lua", "read_acquire.lua"),
+            read_acquire: script!(publish, 5: "fence.lua",
+                "lockers.lua",
+                "shared.lua",
+                "admission.lua",
+                "read_acquire.lua"
+            ),
             write_acquire: script!(publish, 4: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
+                "admission.lua",
                 "write_acquire.lua"
             ),
             write_release: script!(publish, 4: "lockers.lua", "write_release.lua"),
@@ -209,6 +216,7 @@ impl Scripts {
             permit_acquire: script!(publish, 5: "fence.lua",
                 "lockers.lua",
                 "shared.lua",
+                "admission.lua",
                 "permit_acquire.lua"
             ),
             permits: script!(publish, 3: "shared.lua", "permits.lua"),
