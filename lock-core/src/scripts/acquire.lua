@@ -10,9 +10,9 @@
 -- Returns {1, fencing token} when the caller holds the lock; {0, the holder's lease left in
 -- ms} when someone else does (-1: a holder with no lease).
 local lock, token = KEYS[1], ARGV[1]
-local owner = redis.call('GET', lock)
+-- Set only if nobody holds it, answering who did: admits' whole rule for this kind.
+local owner = redis.call('SET', lock, token, 'NX', 'PX', ARGV[2], 'GET')
 if admits(owner) then
-  redis.call('SET', lock, token, 'PX', ARGV[2])
   return {1, draw_fence(KEYS[2], ARGV[3])}
 end
 if owner == token then

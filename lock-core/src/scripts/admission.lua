@@ -4,7 +4,9 @@
 -- a permit one of the semaphore's count, beside other permits. The lock key P{K} holds
 -- the holder's token, or, while shares hold it, their sharing's mark ('read' or
 -- 'semaphore'), with the share holders in a sorted set (shared.lua). A caller goes in when
--- what it takes is free and nobody waits ahead of it.
+-- what it takes is free and nobody waits ahead of it. For a hold that takes all and keeps
+-- no order (exclusive, write) that is "nobody holds it", which `SET .. NX GET` checks and
+-- acts on in one command: those scripts pass admits what it answered.
 
 -- Whether a caller goes in now to the lock whose key holds `owner` (nil: nobody holds it).
 -- share: nil for a hold that takes all of the lock; else {mark = the sharing's mark,

@@ -18,9 +18,9 @@
 -- Returns {1, fencing token} when the caller holds the lock; {0, the holder's lease left
 -- in ms} when it waits.
 local lock, writers, token = KEYS[1], KEYS[3], ARGV[1]
-local owner = redis.call('GET', lock)
+-- Set only if nobody holds it, answering who did: admits' whole rule for this kind.
+local owner = redis.call('SET', lock, token, 'NX', 'PX', ARGV[2], 'GET')
 if admits(owner) then
-  redis.call('SET', lock, token, 'PX', ARGV[2])
   redis.call('HDEL', writers, token)
   return {1, draw_fence(KEYS[2], ARGV[3])}
 end
