@@ -32,10 +32,12 @@
 //! # let _ = (masters, cluster, with_replicas, sentinel);
 //! ```
 //!
-//! ZooKeeper, standalone or a 3-node ensemble:
+//! ZooKeeper, standalone or a 3-node ensemble, and Apache Curator's locks in Java processes
+//! as peers of the store under test:
 //!
 //! ```no_run
-//! use lock_tests::{ZooKeeperEnsemble, ZooKeeperServer};
+//! use std::time::Duration;
+//! use lock_tests::{CuratorLock, CuratorPeer, ZooKeeperEnsemble, ZooKeeperServer};
 //!
 //! // Serving (`srvr` says `Mode: standalone`) when `spawn` returns; killed on drop.
 //! let mut server = ZooKeeperServer::spawn();
@@ -53,7 +55,14 @@
 //! let leader = ensemble.leader();
 //! ensemble.kill(leader);
 //! ensemble.wait_quorum();
-//! # let _ = connect;
+//!
+//! // Curator's `InterProcessMutex` in 3 processes, 50 times each, counting in a file.
+//! let peer = CuratorPeer::compile();
+//! let counter = peer.dir().join("counter");
+//! std::fs::write(&counter, "0").unwrap();
+//! let run = peer.spawn(3, &connect, "/locks/k", CuratorLock::Mutex, &counter, 50);
+//! run.wait(Duration::from_secs(60)).unwrap();
+//! # let _ = ensemble;
 //! ```
 //!
 //! Connections through a [`TcpProxy`] can be cut at any moment, mid-command.
@@ -68,15 +77,17 @@
 //! options).
 //!
 //! It needs `redis-server` (and, for a cluster, `redis-cli`) on `PATH`, and for ZooKeeper
-//! Debian's `zookeeper` package and `java`; if one is missing, spawning fails with one line
-//! that says how to install it. Everything here is safe to use from tests running in
-//! parallel threads: each server gets its own ports and temp dir.
+//! Debian's `zookeeper` and `libcurator-recipes-java` packages, `java` and `javac`; if one is
+//! missing, spawning fails with one line that says how to install it. Everything here is safe
+//! to use from tests running in parallel threads: each server gets its own ports and temp
+//! dir.
 //!
 //! When a test panics, every [`RedisServer`] and [`ZooKeeperServer`] it drops prints its log
 //! to stderr, each line prefixed with the server's port.
 #![deny(missing_docs)]
 
 mod cluster;
+mod curator;
 mod error;
 mod keys;
 mod process;
@@ -90,6 +101,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
+pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
 pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
