@@ -245,15 +245,16 @@ impl CuratorRun {
     pub fn wait(mut self, timeout: Duration) -> Result<(), HarnessError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let mut running = None;
-            for process in &mut self.processes {
-                if !process.has_exited()? {
-                    running.get_or_insert(process);
-                } else {
+            let mut running = Vec::with_capacity(self.processes.len());
+            for mut process in self.processes.drain(..) {
+                if process.has_exited()? {
                     process.finish()?;
+                } else {
+                    running.push(process);
                 }
             }
-            match running {
+            self.processes = running;
+            match self.processes.first_mut() {
                 None => return Ok(()),
                 Some(process) if Instant::now() >= deadline => return process.finish().map(drop),
                 Some(_) => thread::sleep(POLL_INTERVAL),

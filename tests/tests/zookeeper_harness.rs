@@ -158,6 +158,32 @@ fn a_failing_peer_reports_its_exit_and_stack_trace() {
 }
 
 #[test]
+fn a_peer_still_running_at_the_deadline_is_killed_and_reported() {
+    let peer = CuratorPeer::compile();
+    let counter = counter_in(&peer);
+
+    // Nothing listens on port 1: the peer retries its connection for seconds.
+    let run = peer.spawn(
+        1,
+        "127.0.0.1:1",
+        "/locks/k",
+        CuratorLock::Mutex,
+        &counter,
+        1,
+    );
+    let err = run.wait(Duration::from_millis(500)).unwrap_err();
+    assert!(
+        matches!(err, HarnessError::ProcessFailed { status: None, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("Curator peer 1 of 1 (mutex on /locks/k) did not finish in time"),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_ensemble_elects_a_new_leader_when_its_leader_dies() {
     let started = Instant::now();
     let mut ensemble = ZooKeeperEnsemble::spawn();
