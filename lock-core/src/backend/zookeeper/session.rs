@@ -1,0 +1,254 @@
+//! The session the holds live on: opened on first use, watched for its loss, and opened
+//! again by the next acquisition once it is lost.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use super::ZooKeeperStore;
+use crate::LockError;
+
+/// How to open a session: where the ensemble is, for how long a session outlives its
+/// connection, and as whom.
+#[derive(Clone)]
+pub(super) struct Connect {
+    pub(super) connect_string: String,
+    pub(super) session_timeout: Duration,
+    /// `(user, password)` for ZooKeeper's `digest` scheme.
+    pub(super) digest: Option<(String, String)>,
+}
+
+/// Never shows the password.
+impl fmt::Debug for Connect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connect")
+            .field("connect_string", &self.connect_string)
+            .field("session_timeout", &self.session_timeout)
+            .field("user", &self.digest.as_ref().map(|(user, _)| user))
+            .finish()
+    }
+}
+
+/// The store's current session, if one is open.
+#[derive(Debug)]
+pub(super) struct Sessions {
+    connect: Connect,
+    current: tokio::sync::Mutex<Option<Session>>,
+}
+
+impl Sessions {
+    pub(super) fn new(connect: Connect) -> Self {
+        Self {
+            connect,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub(super) fn connect_string(&self) -> &str {
+        &self.connect.connect_string
+    }
+
+    /// The live session, opening a new one if there is none or the last was lost.
+    pub(super) async fn current(&self) -> Result<Session, LockError> {
+        let mut current = self.current.lock().await;
+        if let Some(session) = current.as_ref().filter(|s| s.is_live()) {
+            return Ok(session.clone());
+        }
+        let session = Session::open(&self.connect).await?;
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    /// The live session, if one is open: for what needs no new one.
+    pub(super) async fn live(&self) -> Option<Session> {
+        let current = self.current.lock().await;
+        current.as_ref().filter(|s| s.is_live()).cloned()
+    }
+
+    /// Closes the live session from a second connection that takes it over, as an
+    /// operator's kill or an expiry would end it: the server deletes its nodes, and the
+    /// store's own connection learns that the session is gone when it reconnects.
+    async fn end(&self) -> Result<(), LockError> {
+        let Some(session) = self.live().await else {
+            return Ok(());
+        };
+        // The store's own connection may take the session back before the taker's close
+        // reaches the server, which then refuses the close: take it over again.
+        while session.is_live() {
+            let taker = zk::Client::connector()
+                .with_session(session.client.session().clone())
+                .with_session_timeout(self.connect.session_timeout)
+                .connect(&self.connect.connect_string)
+                .await;
+            match taker {
+                Ok(taker) => drop(taker),
+                Err(zk::Error::SessionExpired) => {}
+                Err(e) => return Err(unreachable(&self.connect, e)),
+            }
+            let retake = tokio::time::sleep(self.connect.session_timeout / 4);
+            tokio::select! {
+                () = session.ended.cancelled() => {}
+                () = retake => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One ZooKeeper session.
+#[derive(Debug, Clone)]
+pub(super) struct Session {
+    pub(super) client: zk::Client,
+    /// Cancelled once the session is lost: expired, closed, or declared lost by the
+    /// client itself when no reconnect came within the timeout.
+    pub(super) ended: CancellationToken,
+}
+
+impl Session {
+    /// Connects, and watches the new session until it is lost.
+    async fn open(connect: &Connect) -> Result<Self, LockError> {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(connect.session_timeout)
+            .with_connection_timeout(connect.session_timeout);
+        if let Some((user, password)) = &connect.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let client = connector
+            .connect(&connect.connect_string)
+            .await
+            .map_err(|e| unreachable(connect, e))?;
+        let ended = CancellationToken::new();
+        tokio::spawn(watch(client.state_watcher(), ended.clone()));
+        Ok(Self { client, ended })
+    }
+
+    /// Whether the session may still hold nodes.
+    pub(super) fn is_live(&self) -> bool {
+        !self.ended.is_cancelled() && !self.client.state().is_terminated()
+    }
+
+    /// Whether the connection is down for now (the session may still live).
+    pub(super) fn is_disconnected(&self) -> bool {
+        self.client.state() == zk::SessionState::Disconnected
+    }
+
+    /// Runs `op`, and again each time it fails because the connection dropped, once it
+    /// is back; [`zk::Error::SessionExpired`] once the session is lost.
+    pub(super) async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T, zk::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, zk::Error>>,
+    {
+        loop {
+            match op().await {
+                Err(zk::Error::ConnectionLoss) => self.reconnected().await?,
+                result => return result,
+            }
+        }
+    }
+
+    /// Returns once the connection is up, or fails once the session is lost.
+    pub(super) async fn reconnected(&self) -> Result<(), zk::Error> {
+        let mut states = self.client.state_watcher();
+        loop {
+            match states.state() {
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    return Ok(());
+                }
+                state if state.is_terminated() => return Err(zk::Error::SessionExpired),
+                _ => {}
+            }
+            tokio::select! {
+                _ = states.changed() => {}
+                () = self.ended.cancelled() => return Err(zk::Error::SessionExpired),
+            }
+        }
+    }
+
+    /// Resolves when the node at `path` is gone other than by its owner's release
+    /// (`released`): deleted by an operator, or with the session.
+    pub(super) async fn lost(self, path: String, released: CancellationToken) {
+        tokio::select! {
+            () = self.ended.cancelled() => {}
+            () = self.deleted(&path) => {}
+        }
+        if released.is_cancelled() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves when the node at `path` is deleted, or the session is lost.
+    async fn deleted(&self, path: &str) {
+        loop {
+            let watched = self.retry(|| self.client.check_and_watch_stat(path)).await;
+            match watched {
+                Ok((Some(_), watcher)) => {
+                    let event = watcher.changed().await;
+                    if event.event_type == zk::EventType::NodeDeleted
+                        || event.session_state.is_terminated()
+                    {
+                        return;
+                    }
+                }
+                Ok((None, _)) | Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Cancels `ended` once the session reaches a state it never leaves.
+async fn watch(mut states: zk::StateWatcher, ended: CancellationToken) {
+    loop {
+        let state = states.state();
+        if state.is_terminated() {
+            tracing::warn!(%state, "zookeeper session lost");
+            ended.cancel();
+            return;
+        }
+        tokio::select! {
+            _ = states.changed() => {}
+            () = ended.cancelled() => return,
+        }
+    }
+}
+
+/// The error of a session that could not be opened.
+fn unreachable(connect: &Connect, error: zk::Error) -> LockError {
+    LockError::backend(
+        format!(
+            "cannot open a zookeeper session at {}",
+            connect.connect_string
+        ),
+        error,
+    )
+}
+
+impl ZooKeeperStore {
+    /// Ends this store's session now, as its expiry would: a second connection takes
+    /// the session over and closes it, so the server deletes its nodes at once and every
+    /// hold on it reports [`lost`](crate::LockGuard::lost) once this store's connection
+    /// learns of it. The next acquisition opens a new session. Nothing when no session
+    /// is open.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use std::sync::Arc;
+    /// use lock_core::Locker;
+    /// use lock_core::backend::ZooKeeperStore;
+    ///
+    /// let store = Arc::new(ZooKeeperStore::builder("127.0.0.1:2181").build().await?);
+    /// let locker = Locker::builder().store(store.clone()).build().await?;
+    /// let guard = locker.lock("job:1").await?;
+    /// store.end_session().await?;
+    /// guard.lost().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn end_session(&self) -> Result<(), LockError> {
+        self.0.sessions.end().await
+    }
+}
