@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::session::Session;
+use super::session::{Session, WeakSession};
 
 /// One hold: its node, the session the node lives on, and whether its owner gave it back.
 #[derive(Debug, Clone)]
 pub(super) struct Held {
-    pub(super) session: Session,
+    pub(super) session: WeakSession,
     pub(super) path: String,
     released: CancellationToken,
 }
@@ -30,6 +30,7 @@ impl Holds {
         path: String,
     ) -> impl Future<Output = ()> + Send + 'static {
         let released = CancellationToken::new();
+        let session = session.downgrade();
         let lost = session.clone().lost(path.clone(), released.clone());
         let held = Held {
             session,

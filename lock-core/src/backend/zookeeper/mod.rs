@@ -78,6 +78,7 @@ mod holds;
 mod operator;
 mod path;
 mod recipe;
+mod semaphore;
 mod session;
 
 use std::fmt;
@@ -90,9 +91,9 @@ use zookeeper_client as zk;
 
 pub use builder::{DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, ZooKeeperStoreBuilder};
 use holds::Holds;
-use session::{Connect, Sessions};
+use session::{Connect, Session, Sessions};
 
-use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture, unsupported};
+use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks on a ZooKeeper ensemble, in Apache Curator's layout: see the
@@ -159,17 +160,16 @@ impl Store for ZooKeeperStore {
         "zookeeper"
     }
 
-    fn supports(&self, kind: LockKind) -> bool {
-        matches!(
-            kind,
-            LockKind::Exclusive | LockKind::Fair | LockKind::Read | LockKind::Write
-        )
+    /// Every kind: exclusive, fair, read and write on Curator's lock recipes, and
+    /// semaphores on its `InterProcessSemaphoreV2`.
+    fn supports(&self, _kind: LockKind) -> bool {
+        true
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
         Box::pin(async move {
             match request.kind {
-                LockKind::Semaphore { .. } => Err(unsupported(self, &request.key, request.kind)),
+                LockKind::Semaphore { permits } => self.acquire_permit(request, permits).await,
                 _ => self.lock(request).await,
             }
         })
@@ -180,7 +180,10 @@ impl Store for ZooKeeperStore {
             let Some(held) = self.0.holds.release(hold.token) else {
                 return Ok(false);
             };
-            recipe::delete(&held.session, &held.path)
+            let Some(session) = held.session.upgrade() else {
+                return Ok(false);
+            };
+            recipe::delete(&session, &held.path)
                 .await
                 .map_err(|e| failed(hold.key, "delete its node", e))
         })
@@ -191,27 +194,37 @@ impl Store for ZooKeeperStore {
         Box::pin(std::future::ready(Ok(vec![None; leases.len()])))
     }
 
+    /// Asks the server whether the hold's node is still its session's; `true` without
+    /// asking while the connection is down and the session may still live.
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let Some(held) = self.0.holds.get(hold.token) else {
                 return Ok(false);
             };
-            if !held.session.is_live() {
+            let Some(session) = held.session.upgrade().filter(Session::is_live) else {
                 return Ok(false);
-            }
-            if held.session.is_disconnected() {
+            };
+            if session.is_disconnected() {
                 return Ok(true);
             }
-            match held.session.client.check_stat(&held.path).await {
+            match session.client.check_stat(&held.path).await {
                 Ok(stat) => {
-                    Ok(stat
-                        .is_some_and(|s| s.ephemeral_owner == held.session.client.session_id().0))
+                    let owner = session.client.session_id().0;
+                    Ok(stat.is_some_and(|s| s.ephemeral_owner == owner))
                 }
-                Err(zk::Error::ConnectionLoss) => Ok(held.session.is_live()),
-                Err(_) if !held.session.is_live() => Ok(false),
+                Err(zk::Error::ConnectionLoss) => Ok(session.is_live()),
+                Err(_) if !session.is_live() => Ok(false),
                 Err(e) => Err(failed(hold.key, "read its node", e)),
             }
         })
+    }
+
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(self.available_permits(key, permits))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.store_permits(key, permits))
     }
 
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {

@@ -130,18 +130,32 @@ pub(super) fn contenders(children: Vec<String>) -> Vec<Contender> {
 }
 
 fn contender(name: String) -> Option<Contender> {
-    let split = name.len().checked_sub(SEQUENCE_DIGITS)?;
-    let (head, digits) = (name.get(..split)?, name.get(split..)?);
-    if !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let sequence = digits.parse().ok()?;
+    let (head, sequence) = split_sequence(&name)?;
     let &(_, role) = MARKERS.iter().find(|(marker, _)| head.ends_with(marker))?;
     Some(Contender {
         name,
         sequence,
         role,
     })
+}
+
+/// A sequential node's name split before its ten-digit sequence: the text before it, and
+/// the sequence.
+fn split_sequence(name: &str) -> Option<(&str, u64)> {
+    let split = name.len().checked_sub(SEQUENCE_DIGITS)?;
+    let (head, digits) = (name.get(..split)?, name.get(split..)?);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((head, digits.parse().ok()?))
+}
+
+/// A semaphore's lease nodes in the order they were made (by their sequence); a name
+/// without a sequence is not a lease.
+pub(super) fn leases(mut names: Vec<String>) -> Vec<String> {
+    names.retain(|name| split_sequence(name).is_some());
+    names.sort_by_key(|name| split_sequence(name).map(|(_, sequence)| sequence));
+    names
 }
 
 /// Which contender the one at `me` waits for, if any: an owner waits for the one just
@@ -243,6 +257,13 @@ mod tests {
         assert_eq!(blocker(&sorted, 2).map(|c| c.sequence), Some(0));
         assert_eq!(blocker(&sorted, 4).map(|c| c.sequence), Some(5));
         assert_eq!(blocker(&sorted, 0), None);
+    }
+
+    #[test]
+    fn leases_are_ordered_by_sequence() {
+        let names = ["_c_b-lease-0000000002", "_c_a-lease-0000000001", "stray"];
+        let sorted = leases(names.map(String::from).to_vec());
+        assert_eq!(sorted, ["_c_a-lease-0000000001", "_c_b-lease-0000000002"]);
     }
 
     #[test]

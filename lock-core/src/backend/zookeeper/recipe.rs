@@ -18,6 +18,10 @@ const NODE: zk::CreateOptions<'static> =
 const PARENT: zk::CreateOptions<'static> =
     zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
 
+/// The child of a lock's node under which a semaphore's leases live (Curator's
+/// `InterProcessSemaphoreV2`).
+pub(super) const LEASES: &str = "leases";
+
 /// How a wait for a turn ended.
 enum Turn {
     /// The node holds the lock.
@@ -106,33 +110,54 @@ pub(super) async fn find(
 }
 
 /// Waits until the node `name` under `dir` holds the lock, or the deadline: each time,
-/// it lists the lock's contenders, and watches (`getData`) the one it waits for.
+/// it lists the lock's contenders (and its semaphore's leases, in the same request), and
+/// watches the one node it waits for (`getData`), or the leases. A semaphore's leases
+/// keep every other kind out until they are given back.
 async fn wait_turn(
     session: &Session,
     dir: &str,
     name: &str,
     deadline: Instant,
 ) -> Result<Turn, zk::Error> {
+    let leases = format!("{dir}/{LEASES}");
     loop {
-        let children = session.retry(|| session.client.list_children(dir)).await?;
-        let contenders = path::contenders(children);
+        let [children, leased] = list_both(session, dir, &leases).await?;
+        let leased = match leased {
+            Ok(leases) => !leases.is_empty(),
+            Err(zk::Error::NoNode) => false,
+            Err(e) => return Err(e),
+        };
+        let contenders = path::contenders(children?);
         let Some(me) = contenders.iter().position(|c| c.name == name) else {
             return Err(zk::Error::NoNode);
         };
-        let Some(Contender { name: blocker, .. }) = path::blocker(&contenders, me) else {
+        let blocker = path::blocker(&contenders, me);
+        if blocker.is_none() && !leased {
             return Ok(Turn::Mine);
-        };
+        }
         if Instant::now() >= deadline {
             return Ok(Turn::Deadline);
         }
-        let blocker = format!("{dir}/{blocker}");
-        let watcher = match session
-            .retry(|| session.client.get_and_watch_data(&blocker))
-            .await
-        {
-            Ok((_, _, watcher)) => watcher,
-            Err(zk::Error::NoNode) => continue,
-            Err(e) => return Err(e),
+        let watcher = match blocker {
+            Some(Contender { name: blocker, .. }) => {
+                let blocker = format!("{dir}/{blocker}");
+                match session
+                    .retry(|| session.client.get_and_watch_data(&blocker))
+                    .await
+                {
+                    Ok((_, _, watcher)) => watcher,
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            None => match session
+                .retry(|| session.client.list_and_watch_children(&leases))
+                .await
+            {
+                Ok((leases, watcher)) if !leases.is_empty() => watcher,
+                Ok(_) | Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(e),
+            },
         };
         tokio::select! {
             _ = watcher.changed() => {}
@@ -140,6 +165,34 @@ async fn wait_turn(
             () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
         }
     }
+}
+
+/// The children of `a` and of `b`, read at one point in time (one multi-read); each
+/// `NoNode` if its node is missing.
+pub(super) async fn list_both(
+    session: &Session,
+    a: &str,
+    b: &str,
+) -> Result<[Result<Vec<String>, zk::Error>; 2], zk::Error> {
+    let results = session
+        .retry(|| {
+            let mut reader = session.client.new_multi_reader();
+            let added = reader.add_get_children(a).and(reader.add_get_children(b));
+            async move {
+                added?;
+                reader.commit().await
+            }
+        })
+        .await?;
+    let mut lists = results.into_iter().map(|result| match result {
+        zk::MultiReadResult::Children { children } => Ok(children),
+        zk::MultiReadResult::Error { err } => Err(err),
+        _ => Err(zk::Error::UnexpectedError(
+            "a multi-read of children answered with something else".into(),
+        )),
+    });
+    let mut next = || lists.next().unwrap_or(Err(zk::Error::NoNode));
+    Ok([next(), next()])
 }
 
 /// Deletes the node at `path`, retrying while the connection is down and the session

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -62,46 +63,20 @@ impl Sessions {
         Ok(session)
     }
 
-    /// The live session, if one is open: for what needs no new one.
-    pub(super) async fn live(&self) -> Option<Session> {
-        let current = self.current.lock().await;
-        current.as_ref().filter(|s| s.is_live()).cloned()
-    }
-
-    /// Closes the live session from a second connection that takes it over, as an
-    /// operator's kill or an expiry would end it: the server deletes its nodes, and the
-    /// store's own connection learns that the session is gone when it reconnects.
-    async fn end(&self) -> Result<(), LockError> {
-        let Some(session) = self.live().await else {
-            return Ok(());
-        };
-        // The store's own connection may take the session back before the taker's close
-        // reaches the server, which then refuses the close: take it over again.
-        while session.is_live() {
-            let taker = zk::Client::connector()
-                .with_session(session.client.session().clone())
-                .with_session_timeout(self.connect.session_timeout)
-                .connect(&self.connect.connect_string)
-                .await;
-            match taker {
-                Ok(taker) => drop(taker),
-                Err(zk::Error::SessionExpired) => {}
-                Err(e) => return Err(unreachable(&self.connect, e)),
-            }
-            let retake = tokio::time::sleep(self.connect.session_timeout / 4);
-            tokio::select! {
-                () = session.ended.cancelled() => {}
-                () = retake => {}
-            }
+    /// Ends the live session: its holds are lost at once, and the session is closed
+    /// (the server deletes its nodes) as soon as the waits on it have returned.
+    async fn end(&self) {
+        if let Some(session) = self.current.lock().await.take() {
+            session.ended.cancel();
         }
-        Ok(())
     }
 }
 
-/// One ZooKeeper session.
+/// One ZooKeeper session. It is closed once the store and every call under way are done
+/// with it: holds keep only a [`WeakSession`].
 #[derive(Debug, Clone)]
 pub(super) struct Session {
-    pub(super) client: zk::Client,
+    pub(super) client: Arc<zk::Client>,
     /// Cancelled once the session is lost: expired, closed, or declared lost by the
     /// client itself when no reconnect came within the timeout.
     pub(super) ended: CancellationToken,
@@ -122,7 +97,18 @@ impl Session {
             .map_err(|e| unreachable(connect, e))?;
         let ended = CancellationToken::new();
         tokio::spawn(watch(client.state_watcher(), ended.clone()));
-        Ok(Self { client, ended })
+        Ok(Self {
+            client: Arc::new(client),
+            ended,
+        })
+    }
+
+    /// A handle on this session that does not keep it open.
+    pub(super) fn downgrade(&self) -> WeakSession {
+        WeakSession {
+            client: Arc::downgrade(&self.client),
+            ended: self.ended.clone(),
+        }
     }
 
     /// Whether the session may still hold nodes.
@@ -167,6 +153,27 @@ impl Session {
             }
         }
     }
+}
+
+/// A session as a hold keeps it: without keeping it open.
+#[derive(Debug, Clone)]
+pub(super) struct WeakSession {
+    client: Weak<zk::Client>,
+    ended: CancellationToken,
+}
+
+impl WeakSession {
+    /// The session, if it was not ended.
+    pub(super) fn upgrade(&self) -> Option<Session> {
+        if self.ended.is_cancelled() {
+            return None;
+        }
+        let client = self.client.upgrade()?;
+        Some(Session {
+            client,
+            ended: self.ended.clone(),
+        })
+    }
 
     /// Resolves when the node at `path` is gone other than by its owner's release
     /// (`released`): deleted by an operator, or with the session.
@@ -180,10 +187,16 @@ impl Session {
         }
     }
 
-    /// Resolves when the node at `path` is deleted, or the session is lost.
+    /// Resolves when the node at `path` is deleted, or the session is gone.
     async fn deleted(&self, path: &str) {
         loop {
-            let watched = self.retry(|| self.client.check_and_watch_stat(path)).await;
+            let Some(session) = self.upgrade() else {
+                return;
+            };
+            let watched = session
+                .retry(|| session.client.check_and_watch_stat(path))
+                .await;
+            drop(session);
             match watched {
                 Ok((Some(_), watcher)) => {
                     let event = watcher.changed().await;
@@ -227,11 +240,10 @@ fn unreachable(connect: &Connect, error: zk::Error) -> LockError {
 }
 
 impl ZooKeeperStore {
-    /// Ends this store's session now, as its expiry would: a second connection takes
-    /// the session over and closes it, so the server deletes its nodes at once and every
-    /// hold on it reports [`lost`](crate::LockGuard::lost) once this store's connection
-    /// learns of it. The next acquisition opens a new session. Nothing when no session
-    /// is open.
+    /// Ends this store's session now, as its expiry would: every hold on it reports
+    /// [`lost`](crate::LockGuard::lost) at once, and the session is closed as soon as the
+    /// calls under way on it have returned, so the server deletes its nodes then rather
+    /// than a session timeout later. The next acquisition opens a new session.
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
@@ -248,7 +260,7 @@ impl ZooKeeperStore {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn end_session(&self) -> Result<(), LockError> {
-        self.0.sessions.end().await
+    pub async fn end_session(&self) {
+        self.0.sessions.end().await;
     }
 }
