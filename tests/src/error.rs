@@ -18,6 +18,14 @@ pub enum HarnessError {
         /// The program that could not be found.
         binary: String,
     },
+    /// A program or jar that ZooKeeper or a Curator peer needs is missing, e.g. `java` or
+    /// Debian's `/usr/share/java/zookeeper.jar`.
+    NotInstalled {
+        /// What is missing, e.g. "java not found on PATH".
+        missing: String,
+        /// The Debian package that installs it.
+        package: &'static str,
+    },
     /// An I/O operation failed; `context` says which one.
     Io {
         /// What the harness was doing, e.g. "connect to 127.0.0.1:40123".
@@ -25,7 +33,8 @@ pub enum HarnessError {
         /// The underlying error.
         source: io::Error,
     },
-    /// The server process exited before it answered `PING`.
+    /// The server process exited before it was ready (a Redis server answers `PING`, a
+    /// ZooKeeper server `srvr` with its mode).
     Exited {
         /// The port it was started on.
         port: u16,
@@ -34,7 +43,7 @@ pub enum HarnessError {
         /// The last lines of its log.
         log_tail: String,
     },
-    /// The server did not answer `PING` before the readiness deadline.
+    /// The server was not ready before the deadline.
     NotReady {
         /// The port it was started on.
         port: u16,
@@ -77,6 +86,24 @@ pub enum HarnessError {
         /// What the last check saw.
         detail: String,
     },
+    /// A ZooKeeper ensemble had no leader serving, with every running node following it,
+    /// before the deadline.
+    NoQuorum {
+        /// How long the harness waited.
+        waited: Duration,
+        /// What each node said last.
+        detail: String,
+    },
+    /// A helper process (`javac`, a Curator peer, the ZooKeeper CLI) failed or did not finish
+    /// in time.
+    ProcessFailed {
+        /// Which process, e.g. "Curator peer 2 of 3".
+        what: String,
+        /// Its exit status, `None` if it was killed after the deadline.
+        status: Option<ExitStatus>,
+        /// What it printed (stdout and stderr).
+        output: String,
+    },
 }
 
 impl HarnessError {
@@ -94,9 +121,13 @@ impl HarnessError {
         }
     }
 
-    /// Whether the binary was not found on `PATH`.
+    /// Whether the binary was not found on `PATH`, or another program or jar the server needs
+    /// is not installed.
     pub fn is_binary_not_found(&self) -> bool {
-        matches!(self, HarnessError::BinaryNotFound { .. })
+        matches!(
+            self,
+            HarnessError::BinaryNotFound { .. } | HarnessError::NotInstalled { .. }
+        )
     }
 
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
@@ -115,6 +146,10 @@ impl fmt::Display for HarnessError {
                 "{binary} not found on PATH: install it with \"apt-get install -y redis-server\" \
                  (Debian/Ubuntu) or \"brew install redis\" (macOS)"
             ),
+            HarnessError::NotInstalled { missing, package } => write!(
+                f,
+                "{missing}: install it with \"apt-get install -y {package}\" (Debian/Ubuntu)"
+            ),
             HarnessError::Io { context, .. } | HarnessError::Reply { context, .. } => {
                 write!(f, "failed to {context}")
             }
@@ -124,7 +159,7 @@ impl fmt::Display for HarnessError {
                 log_tail,
             } => write!(
                 f,
-                "redis-server on port {port} exited ({status}) before answering PING; \
+                "the server on port {port} exited ({status}) before it was ready; \
                  last lines of its log:\n{log_tail}"
             ),
             HarnessError::NotReady {
@@ -133,17 +168,17 @@ impl fmt::Display for HarnessError {
                 log_tail,
             } => write!(
                 f,
-                "redis-server on port {port} did not answer PING within {waited:?}; \
+                "the server on port {port} was not ready within {waited:?}; \
                  last lines of its log:\n{log_tail}"
             ),
             HarnessError::PortInUse { port } => {
-                write!(f, "port {port} was taken before redis-server could bind it")
+                write!(f, "port {port} was taken before the server could bind it")
             }
             HarnessError::NoFreePort => write!(f, "found no free loopback port"),
             HarnessError::NotRunning { port } => {
                 write!(
                     f,
-                    "redis-server on port {port} is not running (it was killed)"
+                    "the server on port {port} is not running (it was killed)"
                 )
             }
             HarnessError::ClusterCreate { status, output } => {
@@ -158,6 +193,22 @@ impl fmt::Display for HarnessError {
                 "cluster did not serve all 16384 slots with cluster_state:ok within {waited:?}: \
                  {detail}"
             ),
+            HarnessError::NoQuorum { waited, detail } => write!(
+                f,
+                "the ZooKeeper ensemble had no leader with every running node following it \
+                 within {waited:?}: {detail}"
+            ),
+            HarnessError::ProcessFailed {
+                what,
+                status,
+                output,
+            } => {
+                match status {
+                    Some(status) => write!(f, "{what} failed ({status})")?,
+                    None => write!(f, "{what} did not finish in time")?,
+                }
+                write!(f, "; its output:\n{output}")
+            }
         }
     }
 }

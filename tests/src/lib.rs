@@ -1,5 +1,5 @@
-//! Test servers for the distributed-lock workspace: real `redis-server` processes on free
-//! loopback ports, so a test suite never touches a Redis it did not start.
+//! Test servers for the distributed-lock workspace: real `redis-server` and ZooKeeper
+//! processes on free loopback ports, so a test suite never touches a server it did not start.
 //!
 //! ```no_run
 //! use lock_tests::{RedisCluster, RedisServer, ValueExt};
@@ -32,6 +32,39 @@
 //! # let _ = (masters, cluster, with_replicas, sentinel);
 //! ```
 //!
+//! ZooKeeper, standalone or a 3-node ensemble, and Apache Curator's locks in Java processes
+//! as peers of the store under test:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_tests::{CuratorLock, CuratorPeer, ZooKeeperEnsemble, ZooKeeperServer};
+//!
+//! // Serving (`srvr` says `Mode: standalone`) when `spawn` returns; killed on drop.
+//! let mut server = ZooKeeperServer::spawn();
+//! let connect = server.connect_string(); // "127.0.0.1:{port}", for the client under test
+//! let before = server.znode_count(); // `zk_znode_count` of the `mntr` four-letter word
+//! server.cli(&["create", "/a", "data"]).unwrap(); // ZooKeeper's own CLI
+//! assert_eq!(server.znode_count(), before + 1);
+//! server.pause(); // sessions time out
+//! server.resume();
+//! server.restart(); // same port, same data: znodes and sessions survive
+//! assert_eq!(server.znode_count(), before + 1);
+//!
+//! // Three nodes; kill the leader, and the two others elect a new one.
+//! let mut ensemble = ZooKeeperEnsemble::spawn();
+//! let leader = ensemble.leader();
+//! ensemble.kill(leader);
+//! ensemble.wait_quorum();
+//!
+//! // Curator's `InterProcessMutex` in 3 processes, 50 times each, counting in a file.
+//! let peer = CuratorPeer::compile();
+//! let counter = peer.dir().join("counter");
+//! std::fs::write(&counter, "0").unwrap();
+//! let run = peer.spawn(3, &connect, "/locks/k", CuratorLock::Mutex, &counter, 50);
+//! run.wait(Duration::from_secs(60)).unwrap();
+//! # let _ = ensemble;
+//! ```
+//!
 //! Connections through a [`TcpProxy`] can be cut at any moment, mid-command.
 //!
 //! Tests that look at a lock's keys on the server find them with [`lock_key`] and the
@@ -43,26 +76,32 @@
 //! inject, and checks that no update is lost: `cargo run --release -p lock-tests --bin torture` (`--help` for its
 //! options).
 //!
-//! It needs `redis-server` (and, for a cluster, `redis-cli`) on `PATH`; if it is missing,
-//! spawning fails with one line that says how to install it. Everything here is safe to use from tests running in parallel threads: each
-//! server gets its own port and temp dir.
+//! It needs `redis-server` (and, for a cluster, `redis-cli`) on `PATH`, and for ZooKeeper
+//! Debian's `zookeeper` and `libcurator-recipes-java` packages, `java` and `javac`; if one is
+//! missing, spawning fails with one line that says how to install it. Everything here is safe
+//! to use from tests running in parallel threads: each server gets its own ports and temp
+//! dir.
 //!
-//! When a test panics, every [`RedisServer`] it drops prints its log to stderr, each line
-//! prefixed with the server's port.
+//! When a test panics, every [`RedisServer`] and [`ZooKeeperServer`] it drops prints its log
+//! to stderr, each line prefixed with the server's port.
 #![deny(missing_docs)]
 
 mod cluster;
+mod curator;
 mod error;
 mod keys;
+mod process;
 mod proxy;
 mod reply;
 mod sentinel;
 mod server;
+mod zookeeper;
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
+pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
 pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
@@ -71,6 +110,7 @@ pub use proxy::TcpProxy;
 pub use reply::ValueExt;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::RedisServer;
+pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
 
 /// The interval of every poll in the harness.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);

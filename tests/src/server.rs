@@ -152,7 +152,7 @@ impl RedisServer {
         let mut last_error = HarnessError::NoFreePort;
         for _ in 0..SPAWN_ATTEMPTS {
             let port = free_port(cluster)?;
-            let dir = make_dir(port)?;
+            let dir = make_dir("redis", port)?;
             let mut server = RedisServer {
                 args: args(port, &dir)?,
                 port,
@@ -409,16 +409,26 @@ impl RedisServer {
                 self.port
             );
         };
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .stdin(Stdio::null())
-            .status();
-        match status {
-            Ok(status) if status.success() => {}
-            Ok(status) => panic!("`kill -{signal} {pid}` failed ({status})"),
-            Err(e) => panic!("could not run `kill -{signal} {pid}`: {e}"),
-        }
+        send_signal(pid, signal);
+    }
+}
+
+/// Sends `SIG{signal}` to `pid` with `kill`.
+///
+/// # Panics
+///
+/// If the signal cannot be sent.
+#[track_caller]
+pub(crate) fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!("`kill -{signal} {pid}` failed ({status})"),
+        Err(e) => panic!("could not run `kill -{signal} {pid}`: {e}"),
     }
 }
 
@@ -435,19 +445,26 @@ impl fmt::Debug for RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if thread::panicking() {
-            let prefix = format!("[redis-server :{}] ", self.port);
-            let mut out = format!("{prefix}log of {}:\n", self.log_path().display());
-            for line in self.log().lines() {
-                out.push_str(&prefix);
-                out.push_str(line);
-                out.push('\n');
-            }
-            // One call, so logs of servers dropped on other threads do not interleave.
-            eprint!("{out}");
+            print_log(&format!("[redis-server :{}] ", self.port), &self.log_path());
         }
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Prints the log at `path` to stderr, each line prefixed with `prefix`.
+pub(crate) fn print_log(prefix: &str, path: &Path) {
+    let log = fs::read(path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let mut out = format!("{prefix}log of {}:\n", path.display());
+    for line in log.lines() {
+        out.push_str(prefix);
+        out.push_str(line);
+        out.push('\n');
+    }
+    // One call, so logs of servers dropped on other threads do not interleave.
+    eprint!("{out}");
 }
 
 #[track_caller]
@@ -491,11 +508,11 @@ fn free_port(cluster: bool) -> Result<u16, HarnessError> {
     Err(HarnessError::NoFreePort)
 }
 
-/// Creates `<tmp>/lock-tests-redis-<pid>-<n>-<port>`.
-fn make_dir(port: u16) -> Result<PathBuf, HarnessError> {
+/// Creates `<tmp>/lock-tests-<kind>-<pid>-<n>-<port>`.
+pub(crate) fn make_dir(kind: &str, port: u16) -> Result<PathBuf, HarnessError> {
     let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "lock-tests-redis-{}-{n}-{port}",
+        "lock-tests-{kind}-{}-{n}-{port}",
         std::process::id()
     ));
     let created = match fs::create_dir(&dir) {
@@ -566,7 +583,7 @@ pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 }
 
 /// The last lines of a log, for error messages.
-fn tail(log: &str) -> String {
+pub(crate) fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
     if tail.is_empty() {
@@ -622,7 +639,7 @@ mod tests {
     fn a_taken_port_is_detected_not_mistaken_for_ours() {
         let first = RedisServer::spawn();
         let port = first.port();
-        let dir = make_dir(port).unwrap();
+        let dir = make_dir("redis", port).unwrap();
         let mut second = RedisServer {
             args: server_args(port, &dir, false, &[]),
             port,

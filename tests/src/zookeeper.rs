@@ -1,0 +1,847 @@
+//! ZooKeeper from Debian's `zookeeper` package: a standalone server, or a 3-node ensemble.
+
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::chain;
+use crate::process::Captured;
+use crate::server::{make_dir, print_log, send_signal, spawn_error, tail};
+use crate::{HarnessError, POLL_INTERVAL};
+
+/// Where Debian installs Java libraries.
+pub(crate) const JAVA_LIBS: &str = "/usr/share/java";
+/// The Debian package with ZooKeeper's jars (and a JRE, through its dependencies).
+pub(crate) const ZOOKEEPER_PACKAGE: &str = "zookeeper";
+pub(crate) const JAVA: &str = "java";
+/// Flags that make a JVM start fast: class data sharing, the client compiler only, the
+/// serial collector and a small heap.
+pub(crate) const FAST_JVM: &[&str] = &[
+    "-Xshare:auto",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+UseSerialGC",
+    "-XX:-UsePerfData",
+    "-Xms16m",
+    "-Xmx256m",
+];
+/// ZooKeeper's jar; its manifest's `Class-Path` names the jars it needs (jute, netty, slf4j..).
+const ZOOKEEPER_JAR: &str = "zookeeper.jar";
+/// The slf4j binding the server logs through, to stderr, which goes to its log file.
+const SLF4J_SIMPLE_JAR: &str = "slf4j-simple.jar";
+/// The slf4j binding that drops every log line, for the CLI, which prints what it has to say.
+const SLF4J_NOP_JAR: &str = "slf4j-nop.jar";
+const SERVER_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+const CLI_MAIN: &str = "org.apache.zookeeper.ZooKeeperMain";
+/// The server's settings beyond those of one port and dir: a short tick (sessions may time
+/// out in 1 s to 10 s), no admin server on port 8080, every four-letter word.
+const SETTINGS: &str = "tickTime=500\n\
+                        initLimit=10\n\
+                        syncLimit=5\n\
+                        admin.enableServer=false\n\
+                        4lw.commands.whitelist=*\n";
+/// System properties of the server: empty CONTAINER znodes are deleted within 100 ms, a
+/// peer that does not answer on its election port is given up after 1 s, and log lines
+/// carry the time, without one for each four-letter word the harness polls with.
+const SERVER_PROPERTIES: &[&str] = &[
+    "-Dznode.container.checkIntervalMs=100",
+    "-Dzookeeper.cnxTimeout=1000",
+    "-Dzookeeper.jmx.log4j.disable=true",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+    "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=warn",
+];
+/// Nodes in an ensemble.
+const ENSEMBLE: usize = 3;
+/// How long a standalone server may take to serve, or an ensemble node to listen.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an ensemble may take to elect a leader that every running node follows.
+const QUORUM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connect, read and write timeout of a four-letter word.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Timeout of one readiness probe; the loop around it has its own deadline.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Deadline of one ZooKeeper CLI command.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many fresh ports to try when a chosen one gets taken before the server binds it.
+const SPAWN_ATTEMPTS: usize = 5;
+/// The port a ZooKeeper listens on by default, which may be a server of someone else's.
+const DEFAULT_PORT: u16 = 2181;
+const LOG_FILE: &str = "zookeeper.log";
+const CONFIG_FILE: &str = "zoo.cfg";
+/// What a server that is not part of a quorum answers to most four-letter words.
+const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requests";
+
+/// A ZooKeeper server process that this test started, on a free `127.0.0.1` client port
+/// (never 2181): standalone from [`spawn`](Self::spawn), or one node of a
+/// [`ZooKeeperEnsemble`].
+///
+/// It runs `java` on Debian's jars (`/usr/share/java/zookeeper.jar`), with its config,
+/// data and log in its own temp dir, `tickTime=500` (so a session timeout may be 1 s to
+/// 10 s), empty CONTAINER znodes deleted within 100 ms, no admin server, and every
+/// four-letter word allowed. Dropping it kills the process (`SIGKILL`) and removes the dir;
+/// if the thread is panicking, the server log is printed to stderr first, each line
+/// prefixed with the port.
+///
+/// `ZooKeeperServer` is `Send + Sync`: share `&ZooKeeperServer` between threads freely.
+pub struct ZooKeeperServer {
+    port: u16,
+    dir: PathBuf,
+    /// An ensemble node: ready once it listens, as it cannot serve without a quorum.
+    member: bool,
+    paused: AtomicBool,
+    /// `None` once killed. Behind a mutex because `is_running` needs `Child::try_wait`.
+    child: Mutex<Option<Child>>,
+}
+
+impl ZooKeeperServer {
+    /// Starts a standalone server and waits until it serves (`srvr` answers
+    /// `Mode: standalone`).
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started: ZooKeeper or `java` is not installed (the message
+    /// says how to install it), it exited early (the message quotes its log) or did not serve
+    /// within 10 s.
+    #[track_caller]
+    pub fn spawn() -> ZooKeeperServer {
+        match Self::try_spawn() {
+            Ok(server) => server,
+            Err(e) => fail_to_start("server", &e),
+        }
+    }
+
+    /// [`spawn`](Self::spawn) that returns the error instead of panicking.
+    pub fn try_spawn() -> Result<ZooKeeperServer, HarnessError> {
+        let mut last_error = HarnessError::NoFreePort;
+        for _ in 0..SPAWN_ATTEMPTS {
+            let port = free_ports::<1>()?[0];
+            let mut server = ZooKeeperServer::create(port, None)?;
+            match server.start() {
+                Ok(()) => return Ok(server),
+                // Someone bound the port between our probe and the server's bind: try another.
+                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error)
+    }
+
+    /// A server with its dir and config on `port`, not started yet; an ensemble `member` is
+    /// given its id and the `server.{id}=` lines of every node.
+    fn create(port: u16, member: Option<(usize, &str)>) -> Result<ZooKeeperServer, HarnessError> {
+        check_installed(
+            &[ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR, SLF4J_NOP_JAR],
+            ZOOKEEPER_PACKAGE,
+        )?;
+        let server = ZooKeeperServer {
+            port,
+            dir: make_dir("zookeeper", port)?,
+            member: member.is_some(),
+            paused: AtomicBool::new(false),
+            child: Mutex::new(None),
+        };
+        let data = server.dir.join("data");
+        let write = |path: &Path, text: &str| {
+            fs::write(path, text)
+                .map_err(|e| HarnessError::io(format!("write {}", path.display()), e))
+        };
+        fs::create_dir(&data)
+            .map_err(|e| HarnessError::io(format!("create {}", data.display()), e))?;
+        let quorum = member.map_or("", |(_, quorum)| quorum);
+        let config = format!(
+            "{SETTINGS}dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\n{quorum}",
+            data = data.display(),
+        );
+        write(&server.dir.join(CONFIG_FILE), &config)?;
+        if let Some((id, _)) = member {
+            write(&data.join("myid"), &format!("{id}\n"))?;
+        }
+        Ok(server)
+    }
+
+    /// The client port on `127.0.0.1`.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The client address, `127.0.0.1:{port}`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The connect string of this server alone, `127.0.0.1:{port}`; append a chroot such as
+    /// `/app` to it if needed.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server's temp dir: its working dir, holding `zoo.cfg`, `data/` and its log;
+    /// removed on drop.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The process id, or `None` once the server was killed or has exited.
+    pub fn pid(&self) -> Option<u32> {
+        let mut child = self.child();
+        let child = child.as_mut()?;
+        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+    }
+
+    /// Whether the server process is alive (a paused server is alive).
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// Freezes the server with `SIGSTOP`: it keeps its connections but answers nothing
+    /// until [`resume`](Self::resume), so its clients' sessions time out.
+    ///
+    /// # Panics
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    #[track_caller]
+    pub fn pause(&self) {
+        self.signal("STOP");
+        self.paused.store(true, Ordering::Relaxed);
+    }
+
+    /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
+    ///
+    /// # Panics
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    #[track_caller]
+    pub fn resume(&self) {
+        self.signal("CONT");
+        self.paused.store(false, Ordering::Relaxed);
+    }
+
+    /// Kills the server with `SIGKILL` and waits for it to exit. What it wrote to its data
+    /// dir stays: [`restart`](Self::restart) starts it again from there, on the same port.
+    /// Killing a server that is not running does nothing.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self
+            .child
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            // Fails only if it already exited; `wait` reaps it either way.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused.store(false, Ordering::Relaxed);
+    }
+
+    /// Kills the server if it is running and starts it again on the same port with the same
+    /// data dir, as a real restart: znodes and sessions survive it (a session expires if its
+    /// client does not come back within its timeout). Waits as [`spawn`](Self::spawn)
+    /// does; an ensemble node, until it listens (see
+    /// [`ZooKeeperEnsemble::wait_quorum`]). The log is kept and appended to.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started again, e.g. because another process took the port.
+    #[track_caller]
+    pub fn restart(&mut self) {
+        if let Err(e) = self.try_restart() {
+            panic!(
+                "could not restart the test ZooKeeper server on port {}: {}",
+                self.port,
+                chain(&e)
+            );
+        }
+    }
+
+    /// [`restart`](Self::restart) that returns the error instead of panicking.
+    pub fn try_restart(&mut self) -> Result<(), HarnessError> {
+        self.kill();
+        self.start()
+    }
+
+    /// Sends a four-letter word (e.g. `"mntr"`, `"srvr"`, `"cons"`, `"dump"`) over a fresh
+    /// connection and reads the answer until the server closes it, with a 5 s timeout.
+    ///
+    /// A server outside a quorum answers most words with "This ZooKeeper instance is not
+    /// currently serving requests"; that is `Ok` too. `Err` means the word could not be
+    /// sent or its answer read (e.g. [`HarnessError::NotRunning`] after
+    /// [`kill`](Self::kill), or a timeout while [paused](Self::pause)).
+    pub fn four_letter(&self, word: &str) -> Result<String, HarnessError> {
+        if !self.is_running() {
+            // Never connect then: the port may already belong to another test's server.
+            return Err(HarnessError::NotRunning { port: self.port });
+        }
+        four_letter(self.port, word, COMMAND_TIMEOUT)
+    }
+
+    /// What the server is now: `"standalone"`, `"leader"` or `"follower"` (from `srvr`'s
+    /// `Mode:`), or `None` if it does not serve: not in a quorum, killed or paused.
+    pub fn mode(&self) -> Option<String> {
+        if !self.is_running() || self.paused.load(Ordering::Relaxed) {
+            return None;
+        }
+        let srvr = four_letter(self.port, "srvr", PROBE_TIMEOUT).ok()?;
+        field(&srvr, "Mode: ").map(str::to_owned)
+    }
+
+    /// How many znodes the server holds, `zk_znode_count` of `mntr`. A fresh server holds 5
+    /// (`/`, `/zookeeper` and its `config` and `quota`, ..).
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer `mntr` with a count, e.g. it is not serving.
+    #[track_caller]
+    pub fn znode_count(&self) -> u64 {
+        let mntr = self.four_letter("mntr").unwrap_or_else(|e| {
+            panic!(
+                "mntr failed on the ZooKeeper server on port {}: {}",
+                self.port,
+                chain(&e)
+            )
+        });
+        field(&mntr, "zk_znode_count\t")
+            .and_then(|count| count.parse().ok())
+            .unwrap_or_else(|| panic!("no zk_znode_count in mntr on port {}: {mntr}", self.port))
+    }
+
+    /// Runs one command of ZooKeeper's own CLI (`zkCli.sh`, `org.apache.zookeeper.ZooKeeperMain`)
+    /// on this server in a new session, e.g. `["create", "/a", "data"]`, `["ls", "/locks"]`,
+    /// `["stat", "/a"]`, and returns what it printed, without the connection banner.
+    ///
+    /// It starts a JVM (about half a second). `Err` is [`HarnessError::ProcessFailed`] when
+    /// the command fails (e.g. "Node already exists: /a"), and its output says why.
+    pub fn cli(&self, command: &[&str]) -> Result<String, HarnessError> {
+        let classpath = classpath(&[ZOOKEEPER_JAR, SLF4J_NOP_JAR]);
+        let cli = Captured::spawn(
+            Command::new(JAVA)
+                .args(FAST_JVM)
+                .args([
+                    "-cp",
+                    &classpath,
+                    CLI_MAIN,
+                    "-server",
+                    &self.connect_string(),
+                ])
+                .args(command),
+            format!("zkCli {}", command.join(" ")),
+        )?;
+        let output = cli.wait(Instant::now() + CLI_TIMEOUT)?;
+        Ok(output
+            .lines()
+            .filter(|line| {
+                !(line.is_empty()
+                    || line.starts_with("Connecting to ")
+                    || line.starts_with("WATCHER::")
+                    || line.starts_with("WatchedEvent "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+
+    /// The server log so far (every run of it, for a restarted server): what the JVM wrote
+    /// to stdout and stderr.
+    pub fn log(&self) -> String {
+        fs::read(self.log_path())
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
+    }
+
+    fn child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns the JVM and waits until the server is ready; on failure, leaves it killed.
+    fn start(&mut self) -> Result<(), HarnessError> {
+        let log_path = self.log_path();
+        let log_start = fs::metadata(&log_path).map_or(0, |m| m.len());
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))
+        };
+        let child = Command::new(JAVA)
+            .args(FAST_JVM)
+            .args(SERVER_PROPERTIES)
+            .arg("-cp")
+            .arg(classpath(&[ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR]))
+            .arg(SERVER_MAIN)
+            .arg(CONFIG_FILE)
+            // `envi` names it as `user.dir`, which tells our server from another's.
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(open()?)
+            .stderr(open()?)
+            .spawn()
+            .map_err(|e| java_error(JAVA, e))?;
+        *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        let ready = self.wait_ready(log_start);
+        if ready.is_err() {
+            self.kill();
+        }
+        ready
+    }
+
+    fn wait_ready(&mut self, log_start: u64) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        loop {
+            self.check_alive(log_start)?;
+            // A node of an ensemble cannot serve on its own: it is ready once it listens.
+            let ready = if self.member {
+                four_letter(self.port, "ruok", PROBE_TIMEOUT).is_ok_and(|a| a == "imok")
+            } else {
+                self.mode().as_deref() == Some("standalone")
+            };
+            // Make sure the answer came from our process, not from one that took the port.
+            let envi = ready.then(|| four_letter(self.port, "envi", PROBE_TIMEOUT).ok());
+            if let Some(Some(envi)) = envi {
+                // The JVM's working dir, with symbolic links resolved.
+                let ours = fs::canonicalize(&self.dir).ok();
+                return match field(&envi, "user.dir=") {
+                    Some(dir) if ours.as_deref() == Some(Path::new(dir)) => Ok(()),
+                    _ => Err(HarnessError::PortInUse { port: self.port }),
+                };
+            }
+            if started.elapsed() >= READY_TIMEOUT {
+                return Err(HarnessError::NotReady {
+                    port: self.port,
+                    waited: READY_TIMEOUT,
+                    log_tail: tail(&self.log_since(log_start)),
+                });
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// `Ok` while the process runs (or was killed on purpose); why it exited otherwise.
+    fn check_alive(&mut self, log_start: u64) -> Result<(), HarnessError> {
+        let exited = match self.child.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            Some(child) => child
+                .try_wait()
+                .map_err(|e| HarnessError::io("wait for the ZooKeeper server", e))?,
+            None => None,
+        };
+        let Some(status) = exited else {
+            return Ok(());
+        };
+        let log = self.log_since(log_start);
+        if log.contains("Address already in use") {
+            return Err(HarnessError::PortInUse { port: self.port });
+        }
+        Err(HarnessError::Exited {
+            port: self.port,
+            status,
+            log_tail: tail(&log),
+        })
+    }
+
+    /// The log written since byte `start`, i.e. by the current run.
+    fn log_since(&self, start: u64) -> String {
+        let log = self.log();
+        let start = usize::try_from(start).unwrap_or(usize::MAX);
+        log.get(start..).unwrap_or(&log).to_owned()
+    }
+
+    #[track_caller]
+    fn signal(&self, signal: &str) {
+        let Some(pid) = self.pid() else {
+            panic!(
+                "cannot send SIG{signal} to the test ZooKeeper server on port {}: it is not running",
+                self.port
+            );
+        };
+        send_signal(pid, signal);
+    }
+}
+
+impl fmt::Debug for ZooKeeperServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl Drop for ZooKeeperServer {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            print_log(&format!("[zookeeper :{}] ", self.port), &self.log_path());
+        }
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A ZooKeeper ensemble of 3 [`ZooKeeperServer`]s that this test started, each on its own
+/// free loopback client, quorum and election ports.
+///
+/// ```no_run
+/// use lock_tests::ZooKeeperEnsemble;
+///
+/// let mut ensemble = ZooKeeperEnsemble::spawn(); // one leader, two followers
+/// let connect = ensemble.connect_string(); // "127.0.0.1:{a},127.0.0.1:{b},127.0.0.1:{c}"
+/// let old = ensemble.leader();
+/// ensemble.kill(old);
+/// ensemble.wait_quorum(); // the other two elected a leader
+/// assert_ne!(ensemble.leader(), old);
+/// ensemble.restart(old);
+/// ensemble.wait_quorum(); // and the old one follows it
+/// # let _ = connect;
+/// ```
+///
+/// Dropping it drops its nodes (see [`ZooKeeperServer`]).
+#[derive(Debug)]
+pub struct ZooKeeperEnsemble {
+    nodes: Vec<ZooKeeperServer>,
+}
+
+impl ZooKeeperEnsemble {
+    /// Starts 3 nodes and waits until one leads and the two others follow it.
+    ///
+    /// # Panics
+    ///
+    /// As [`ZooKeeperServer::spawn`], or if the nodes elect no leader within 30 s.
+    #[track_caller]
+    pub fn spawn() -> ZooKeeperEnsemble {
+        match Self::try_spawn() {
+            Ok(ensemble) => ensemble,
+            Err(e) => fail_to_start("ensemble", &e),
+        }
+    }
+
+    /// [`spawn`](Self::spawn) that returns the error instead of panicking.
+    pub fn try_spawn() -> Result<ZooKeeperEnsemble, HarnessError> {
+        let mut last_error = HarnessError::NoFreePort;
+        for _ in 0..SPAWN_ATTEMPTS {
+            match Self::spawn_once() {
+                // Dropping the nodes started so far frees their ports for another try.
+                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
+                other => return other,
+            }
+        }
+        Err(last_error)
+    }
+
+    fn spawn_once() -> Result<ZooKeeperEnsemble, HarnessError> {
+        // Client, quorum and election port of each node, all distinct.
+        let ports = free_ports::<{ 3 * ENSEMBLE }>()?;
+        let quorum: String = (0..ENSEMBLE)
+            .map(|i| {
+                let (quorum, election) = (ports[3 * i + 1], ports[3 * i + 2]);
+                format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
+            })
+            .collect();
+        let nodes = (0..ENSEMBLE)
+            .map(|i| ZooKeeperServer::create(ports[3 * i], Some((i + 1, &quorum))))
+            .collect::<Result<_, _>>()?;
+        let mut ensemble = ZooKeeperEnsemble { nodes };
+        for node in &mut ensemble.nodes {
+            node.start()?;
+        }
+        ensemble.try_wait_quorum(QUORUM_TIMEOUT)?;
+        Ok(ensemble)
+    }
+
+    /// The connect string of all three nodes, `127.0.0.1:{a},127.0.0.1:{b},127.0.0.1:{c}`.
+    pub fn connect_string(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(ZooKeeperServer::connect_string)
+            .collect();
+        nodes.join(",")
+    }
+
+    /// The nodes, in the order of their ids (`server.1` first).
+    pub fn nodes(&self) -> &[ZooKeeperServer] {
+        &self.nodes
+    }
+
+    /// The index in [`nodes`](Self::nodes) of the leader, once there is a quorum (see
+    /// [`wait_quorum`](Self::wait_quorum)).
+    ///
+    /// # Panics
+    ///
+    /// As [`wait_quorum`](Self::wait_quorum).
+    #[track_caller]
+    pub fn leader(&self) -> usize {
+        self.wait_quorum();
+        self.nodes
+            .iter()
+            .position(|node| node.mode().as_deref() == Some("leader"))
+            .unwrap_or_else(|| panic!("the leader of {self:?} stepped down right away"))
+    }
+
+    /// Kills node `i` (see [`ZooKeeperServer::kill`]).
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range.
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Starts node `i` again, with its data (see [`ZooKeeperServer::restart`]), and returns
+    /// once it listens; [`wait_quorum`](Self::wait_quorum) waits until it follows.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range or the node cannot be started.
+    #[track_caller]
+    pub fn restart(&mut self, i: usize) {
+        self.nodes[i].restart();
+    }
+
+    /// Freezes node `i` with `SIGSTOP` (see [`ZooKeeperServer::pause`]).
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range or the node is not running.
+    #[track_caller]
+    pub fn pause(&self, i: usize) {
+        self.nodes[i].pause();
+    }
+
+    /// Resumes node `i` with `SIGCONT`.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range or the node is not running.
+    #[track_caller]
+    pub fn resume(&self, i: usize) {
+        self.nodes[i].resume();
+    }
+
+    /// Waits until a leader serves and every node that runs and is not paused follows it,
+    /// e.g. after the leader was killed, or a node restarted.
+    ///
+    /// # Panics
+    ///
+    /// If that does not happen within 30 s (e.g. two of the three nodes are down), with what
+    /// each node said last.
+    #[track_caller]
+    pub fn wait_quorum(&self) {
+        if let Err(e) = self.try_wait_quorum(QUORUM_TIMEOUT) {
+            panic!("{}", chain(&e));
+        }
+    }
+
+    fn try_wait_quorum(&self, timeout: Duration) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        loop {
+            let modes: Vec<Option<String>> = self.nodes.iter().map(ZooKeeperServer::mode).collect();
+            let leaders = modes.iter().flatten().filter(|m| *m == "leader").count();
+            let stragglers = self.nodes.iter().zip(&modes).any(|(node, mode)| {
+                node.is_running() && !node.paused.load(Ordering::Relaxed) && mode.is_none()
+            });
+            if leaders == 1 && !stragglers {
+                return Ok(());
+            }
+            if started.elapsed() >= timeout {
+                let detail = self
+                    .nodes
+                    .iter()
+                    .zip(&modes)
+                    .map(|(node, mode)| {
+                        let state = match mode {
+                            Some(mode) => mode.as_str(),
+                            None if node.paused.load(Ordering::Relaxed) => "paused",
+                            None if node.is_running() => "not serving",
+                            None => "not running",
+                        };
+                        format!("port {}: {state}", node.port)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(HarnessError::NoQuorum {
+                    waited: timeout,
+                    detail,
+                });
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+}
+
+#[track_caller]
+fn fail_to_start(what: &str, e: &HarnessError) -> ! {
+    if e.is_binary_not_found() {
+        // Already a complete one-line instruction.
+        panic!("{e}");
+    }
+    panic!("could not start a test ZooKeeper {what}: {}", chain(e))
+}
+
+/// `N` distinct ports that were free a moment ago, none of them ZooKeeper's default 2181.
+fn free_ports<const N: usize>() -> Result<[u16; N], HarnessError> {
+    let mut ports = [0; N];
+    // Held open together, so that no two are the same.
+    let mut listeners = Vec::with_capacity(N);
+    let mut found = 0;
+    while found < N {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| HarnessError::io("bind 127.0.0.1:0", e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| HarnessError::io("read the address of a bound socket", e))?
+            .port();
+        if port != DEFAULT_PORT {
+            ports[found] = port;
+            found += 1;
+        }
+        listeners.push(listener);
+    }
+    Ok(ports)
+}
+
+/// The jars, by file name in [`JAVA_LIBS`], as a class path.
+pub(crate) fn classpath(jars: &[&str]) -> String {
+    let jars: Vec<String> = jars
+        .iter()
+        .map(|jar| format!("{JAVA_LIBS}/{jar}"))
+        .collect();
+    jars.join(":")
+}
+
+/// `Ok` if every jar is in [`JAVA_LIBS`]; which one is not, and the package to install.
+pub(crate) fn check_installed(jars: &[&str], package: &'static str) -> Result<(), HarnessError> {
+    match jars
+        .iter()
+        .find(|jar| !Path::new(JAVA_LIBS).join(jar).exists())
+    {
+        Some(jar) => Err(HarnessError::NotInstalled {
+            missing: format!("{JAVA_LIBS}/{jar} not found"),
+            package,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A failed spawn of `java` or `javac`: not installed, or another I/O error.
+pub(crate) fn java_error(program: &str, error: io::Error) -> HarnessError {
+    match spawn_error(program, error) {
+        HarnessError::BinaryNotFound { binary } => HarnessError::NotInstalled {
+            missing: format!("{binary} not found on PATH"),
+            package: if binary == JAVA {
+                ZOOKEEPER_PACKAGE
+            } else {
+                "default-jdk-headless"
+            },
+        },
+        other => other,
+    }
+}
+
+/// One four-letter word over a fresh connection to `127.0.0.1:port`; the whole answer.
+fn four_letter(port: u16, word: &str, timeout: Duration) -> Result<String, HarnessError> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| HarnessError::io(format!("connect to {addr}"), e))?;
+    let configure = stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)));
+    configure.map_err(|e| HarnessError::io(format!("configure the connection to {addr}"), e))?;
+    stream
+        .write_all(word.as_bytes())
+        .map_err(|e| HarnessError::io(format!("send {word} to {addr}"), e))?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| HarnessError::io(format!("read the answer to {word} from {addr}"), e))?;
+    Ok(answer)
+}
+
+/// The rest of the first line that starts with `prefix`, e.g. `Mode: ` in `srvr`.
+fn field<'a>(answer: &'a str, prefix: &str) -> Option<&'a str> {
+    if answer.starts_with(NOT_SERVING) {
+        return None;
+    }
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<ZooKeeperServer>();
+        check::<ZooKeeperEnsemble>();
+    }
+
+    #[test]
+    fn a_taken_port_is_detected_not_mistaken_for_ours() {
+        let first = ZooKeeperServer::spawn();
+        let port = first.port();
+        let mut second = ZooKeeperServer::create(port, None).unwrap();
+        // `first` serves on that port, but it is not `second`'s process.
+        let err = second.start().unwrap_err();
+        assert!(
+            matches!(err, HarnessError::PortInUse { port: p } if p == port),
+            "{err:?}"
+        );
+        assert!(!second.is_running());
+        assert_eq!(first.mode().as_deref(), Some("standalone"));
+    }
+
+    #[test]
+    fn missing_jar_is_one_line_that_says_what_to_install() {
+        let err =
+            check_installed(&["zookeeper-lock-tests-missing.jar"], ZOOKEEPER_PACKAGE).unwrap_err();
+        assert!(err.is_binary_not_found(), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "/usr/share/java/zookeeper-lock-tests-missing.jar not found: install it with \
+             \"apt-get install -y zookeeper\" (Debian/Ubuntu)"
+        );
+    }
+
+    #[test]
+    fn missing_java_says_what_to_install() {
+        let not_found = || io::Error::from(io::ErrorKind::NotFound);
+        assert_eq!(
+            java_error(JAVA, not_found()).to_string(),
+            "java not found on PATH: install it with \"apt-get install -y zookeeper\" \
+             (Debian/Ubuntu)"
+        );
+        assert_eq!(
+            java_error("javac", not_found()).to_string(),
+            "javac not found on PATH: install it with \"apt-get install -y \
+             default-jdk-headless\" (Debian/Ubuntu)"
+        );
+    }
+
+    #[test]
+    fn fields_of_four_letter_words() {
+        let srvr = "Zookeeper version: 3.8.0\nLatency min/avg/max: 0/0.0/0\nMode: follower\n";
+        assert_eq!(field(srvr, "Mode: "), Some("follower"));
+        assert_eq!(field("zk_znode_count\t5\n", "zk_znode_count\t"), Some("5"));
+        assert_eq!(field(&format!("{NOT_SERVING}\n"), "Mode: "), None);
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let mut ports = free_ports::<9>().unwrap().to_vec();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 9);
+    }
+}
