@@ -1,0 +1,166 @@
+//! The ZooKeeper store against what only ZooKeeper has: Curator clients sharing its locks,
+//! sessions that outlive a cut connection or end with a paused server, containers the
+//! server reaps. What every store does is the conformance suite's.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::ZooKeeperStore;
+use lock_core::{LockKind, LockOptions, Locker};
+use lock_tests::{CuratorLock, CuratorPeer, TcpProxy, ZooKeeperServer, wait_until};
+use tokio::time::{Instant, sleep, timeout};
+
+/// A session timeout short enough for a test to outlast.
+const SESSION: Duration = Duration::from_secs(2);
+/// Deadline of a Curator run: JVM start, connect, and every iteration.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+const ITERATIONS: u32 = 40;
+
+async fn locker(connect: &str, session_timeout: Duration) -> Locker {
+    let store = ZooKeeperStore::builder(connect)
+        .session_timeout(session_timeout)
+        .build()
+        .await
+        .expect("connect to the test zookeeper server");
+    Locker::builder()
+        .store(Arc::new(store))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn read_counter(path: &Path) -> u64 {
+    fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+/// Adds 1 to the counter file `ITERATIONS` times, each under the lock `key` taken as
+/// `kind`, as the Curator peers do under theirs.
+async fn count_under(locker: Locker, key: &str, kind: LockKind, counter: &Path) {
+    let wait = LockOptions::new().kind(kind).wait(Duration::from_secs(60));
+    for _ in 0..ITERATIONS {
+        let guard = locker.lock_with(key, wait.clone()).await.unwrap();
+        let value = read_counter(counter);
+        sleep(Duration::from_millis(1)).await;
+        fs::write(counter, (value + 1).to_string()).unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+/// Curator processes and lock-core `Locker`s (each a session of its own) add to one
+/// counter under one lock, `/locks/shared`: none is lost, so no two ever held it at once.
+async fn curator_shares(curator: CuratorLock, ours: LockKind) {
+    let server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let counter = peer.dir().join("counter");
+    fs::write(&counter, "0").unwrap();
+    let connect = server.connect_string();
+    let run = peer.spawn(3, &connect, "/locks/shared", curator, &counter, ITERATIONS);
+    let mut ours_tasks = Vec::new();
+    for _ in 0..3 {
+        let locker = locker(&connect, Duration::from_secs(10)).await;
+        let counter = counter.clone();
+        ours_tasks.push(tokio::spawn(async move {
+            count_under(locker, "shared", ours, &counter).await;
+        }));
+    }
+    for task in ours_tasks {
+        task.await.unwrap();
+    }
+    tokio::task::spawn_blocking(move || run.wait(RUN_TIMEOUT))
+        .await
+        .unwrap()
+        .expect("the Curator peers failed");
+    assert_eq!(
+        read_counter(&counter),
+        6 * u64::from(ITERATIONS),
+        "an update was lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_mutexes_and_ours_exclude_each_other() {
+    curator_shares(CuratorLock::Mutex, LockKind::Exclusive).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_write_locks_and_ours_exclude_each_other() {
+    curator_shares(CuratorLock::Write, LockKind::Write).await;
+}
+
+/// A server paused past the session timeout: the client declares the session lost
+/// itself, every hold on it reports `lost()`, and once the server is back the same
+/// `Locker` opens a new session and locks again, with a larger fencing token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_paused_past_the_session_timeout_loses_every_hold() {
+    let server = ZooKeeperServer::spawn();
+    let locker = locker(&server.connect_string(), SESSION).await;
+    let guard = locker.lock("paused").await.unwrap();
+    let read = locker.read("paused:shared").await.unwrap();
+    server.pause();
+    let paused = Instant::now();
+    timeout(2 * SESSION + Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the hold outlived its session");
+    timeout(Duration::from_secs(1), read.lost())
+        .await
+        .expect("the read outlived its session");
+    eprintln!("lost {:?} after the pause", paused.elapsed());
+    server.resume();
+    let next = locker
+        .lock_with("paused", LockOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .expect("a Locker whose session was lost locks again");
+    assert!(next.fencing_token() > guard.fencing_token());
+    next.release().await.unwrap();
+}
+
+/// A connection cut and opened again within the session timeout loses nothing: the hold
+/// stays its owner's, and another `Locker` still cannot take it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
+    let server = ZooKeeperServer::spawn();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let through_proxy = locker(&proxy.addr().to_string(), SESSION).await;
+    let other = locker(&server.connect_string(), SESSION).await;
+    let guard = through_proxy.lock("cut").await.unwrap();
+    assert!(proxy.cut() >= 1, "no connection to cut");
+    assert!(guard.is_held().await.unwrap(), "held while reconnecting");
+    sleep(SESSION * 2).await;
+    assert!(!guard.is_lost(), "a short cut lost the hold");
+    assert!(guard.is_held().await.unwrap());
+    assert!(other.try_lock("cut").await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(other.try_lock("cut").await.unwrap().is_some());
+}
+
+/// Locks taken and released leave nothing behind: the server reaps the empty containers,
+/// and the znode count comes back to where it began.
+#[tokio::test(flavor = "multi_thread")]
+async fn released_locks_leave_no_node_behind() {
+    let server = Arc::new(ZooKeeperServer::spawn());
+    let locker = locker(&server.connect_string(), SESSION).await;
+    let before = server.znode_count();
+    for i in 0..500 {
+        let kind = [
+            LockKind::Exclusive,
+            LockKind::Read,
+            LockKind::Semaphore { permits: 2 },
+        ][i % 3];
+        let guard = locker
+            .lock_with(&format!("key/{i}"), LockOptions::new().kind(kind))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    tokio::task::spawn_blocking(move || {
+        wait_until(
+            Duration::from_secs(20),
+            "the containers to be reaped",
+            || server.znode_count() == before,
+        )
+    })
+    .await
+    .unwrap();
+}
