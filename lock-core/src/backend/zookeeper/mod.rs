@@ -19,7 +19,8 @@
 //! # Layout
 //!
 //! With the default [base path](ZooKeeperStoreBuilder::base_path), the lock `K` is the
-//! node `/locks/K` (within the connect string's chroot, if it has one). Its holders and
+//! node `/locks/K`, within the connect string's chroot if it has one (created, as
+//! Curator creates its namespace, if it is missing). Its holders and
 //! waiters are its children, each an EPHEMERAL_SEQUENTIAL node of the session that made
 //! it; `/locks/K` and its parents are CONTAINER nodes, which the server deletes once they
 //! are empty, so an idle lock leaves nothing behind. The names are Curator's, with the
@@ -30,6 +31,7 @@
 //! | exclusive, fair | `_c_{uuid}-lock-{seq}` | `InterProcessMutex` |
 //! | read | `_c_{uuid}-__READ__{seq}` | `InterProcessReadWriteLock`'s read lock |
 //! | write | `_c_{uuid}-__WRIT__{seq}` | `InterProcessReadWriteLock`'s write lock |
+//! | semaphore permit | `leases/_c_{uuid}-lease-{seq}` | `InterProcessSemaphoreV2` |
 //!
 //! Every child whose name ends in `lock-`, `__WRIT__`, `__READ__` (or kazoo's `__lock__`
 //! and `__rlock__`) and ten digits contends, in the order of those digits. An exclusive,
@@ -38,6 +40,15 @@
 //! watches only the node it waits for (the one just before it, or a reader's first
 //! writer), and is woken by that node's deletion: no polling. The first come are the first
 //! served, so exclusive and fair locks are the same recipe.
+//!
+//! A permit is held while fewer than the semaphore's count of leases come before its
+//! lease. Curator's acquirers also queue at a mutex on `/locks/K/locks` and count every
+//! lease, a rule that admits no lease this one refuses, so both share a semaphore; a
+//! stream of ours can keep a Curator acquirer waiting, as it does not queue at that
+//! mutex. The count is stored as the data of `/locks/K` itself, which Curator never
+//! reads, on first use (asking with another is [`LockError::Config`]); it goes with the
+//! node once the semaphore is idle. Leases keep every other kind out of `K`, and a lease
+//! that finds another kind contending for `K` gives way to it.
 //!
 //! A hold's fencing token is its node's creation zxid (`czxid`): every later node of the
 //! lock is created later, across leader elections too, and any client can read it.

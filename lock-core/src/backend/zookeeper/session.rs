@@ -95,6 +95,9 @@ impl Session {
             .connect(&connect.connect_string)
             .await
             .map_err(|e| unreachable(connect, e))?;
+        ensure_chroot(&client)
+            .await
+            .map_err(|e| unreachable(connect, e))?;
         let ended = CancellationToken::new();
         tokio::spawn(watch(client.state_watcher(), ended.clone()));
         Ok(Self {
@@ -226,6 +229,23 @@ async fn watch(mut states: zk::StateWatcher, ended: CancellationToken) {
             () = ended.cancelled() => return,
         }
     }
+}
+
+/// Creates the connect string's chroot if it is missing, as Curator creates its
+/// namespace: a persistent node (with its parents), open to every client.
+async fn ensure_chroot(client: &zk::Client) -> Result<(), zk::Error> {
+    let chroot = client.path();
+    if chroot == "/" {
+        return Ok(());
+    }
+    let Ok(root) = client.clone().chroot("/") else {
+        return Ok(());
+    };
+    if root.check_stat(chroot).await?.is_none() {
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        root.mkdir(chroot, &persistent).await?;
+    }
+    Ok(())
 }
 
 /// The error of a session that could not be opened.
