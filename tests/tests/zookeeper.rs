@@ -49,7 +49,8 @@ async fn count_under(locker: Locker, key: &str, kind: LockKind, counter: &Path) 
 }
 
 /// Curator processes and lock-core `Locker`s (each a session of its own) add to one
-/// counter under one lock, `/locks/shared`: none is lost, so no two ever held it at once.
+/// counter under one lock, `/locks/shared` (Curator's readers check that it does not
+/// change under them): none is lost, so no two writers ever held it at once.
 async fn curator_shares(curator: CuratorLock, ours: LockKind) {
     let server = ZooKeeperServer::spawn();
     let peer = CuratorPeer::compile();
@@ -72,11 +73,9 @@ async fn curator_shares(curator: CuratorLock, ours: LockKind) {
         .await
         .unwrap()
         .expect("the Curator peers failed");
-    assert_eq!(
-        read_counter(&counter),
-        6 * u64::from(ITERATIONS),
-        "an update was lost"
-    );
+    let writers = if curator == CuratorLock::Read { 3 } else { 6 };
+    let updates = writers * u64::from(ITERATIONS);
+    assert_eq!(read_counter(&counter), updates, "an update was lost");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -87,6 +86,23 @@ async fn curator_mutexes_and_ours_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread")]
 async fn curator_write_locks_and_ours_exclude_each_other() {
     curator_shares(CuratorLock::Write, LockKind::Write).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_read_locks_and_our_write_locks_exclude_each_other() {
+    curator_shares(CuratorLock::Read, LockKind::Write).await;
+}
+
+/// A chroot in the connect string that does not exist yet is created, as Curator creates
+/// its namespace, and the locks live under it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chroot_is_created_and_holds_the_locks() {
+    let server = ZooKeeperServer::spawn();
+    let locker = locker(&format!("{}/app/one", server.connect_string()), SESSION).await;
+    let guard = locker.lock("a/b").await.unwrap();
+    let listed = server.cli(&["ls", "/app/one/locks/a%2Fb"]).unwrap();
+    assert!(listed.contains("-lock-"), "{listed}");
+    guard.release().await.unwrap();
 }
 
 /// A server paused past the session timeout: the client declares the session lost
