@@ -107,13 +107,22 @@ async fn a_chroot_is_created_and_holds_the_locks() {
 
 /// A server paused past the session timeout: the client declares the session lost
 /// itself, every hold on it reports `lost()`, and once the server is back the same
-/// `Locker` opens a new session and locks again, with a larger fencing token.
+/// `Locker` opens a new session and locks again, with a larger fencing token; a waiter
+/// whose session was lost while it waited asks again on a new one, and gets the lock.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_paused_past_the_session_timeout_loses_every_hold() {
     let server = ZooKeeperServer::spawn();
-    let locker = locker(&server.connect_string(), SESSION).await;
+    let (locker, other) = (
+        locker(&server.connect_string(), SESSION).await,
+        locker(&server.connect_string(), SESSION).await,
+    );
     let guard = locker.lock("paused").await.unwrap();
     let read = locker.read("paused:shared").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(Duration::from_secs(30));
+        other.lock_with("paused", wait).await
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
     server.pause();
     let paused = Instant::now();
     timeout(2 * SESSION + Duration::from_secs(1), guard.lost())
@@ -124,11 +133,18 @@ async fn a_server_paused_past_the_session_timeout_loses_every_hold() {
         .expect("the read outlived its session");
     eprintln!("lost {:?} after the pause", paused.elapsed());
     server.resume();
+    let waited = waiter
+        .await
+        .unwrap()
+        .expect("the waiter whose session was lost got the lock");
+    let waited_token = waited.fencing_token();
+    assert!(waited_token > guard.fencing_token());
+    waited.release().await.unwrap();
     let next = locker
         .lock_with("paused", LockOptions::new().wait(Duration::from_secs(20)))
         .await
         .expect("a Locker whose session was lost locks again");
-    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(next.fencing_token() > waited_token);
     next.release().await.unwrap();
 }
 

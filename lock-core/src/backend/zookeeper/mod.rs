@@ -179,9 +179,19 @@ impl Store for ZooKeeperStore {
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
         Box::pin(async move {
-            match request.kind {
-                LockKind::Semaphore { permits } => self.acquire_permit(request, permits).await,
-                _ => self.lock(request).await,
+            loop {
+                let session = self.0.sessions.current().await?;
+                let attempt = match request.kind {
+                    LockKind::Semaphore { permits } => {
+                        self.acquire_permit(&session, request, permits).await
+                    }
+                    _ => self.lock(&session, request).await,
+                };
+                match attempt {
+                    // The session was lost while it asked: ask again on a new one.
+                    Err(_) if !session.is_live() && Instant::now() < request.deadline => {}
+                    attempt => return attempt,
+                }
             }
         })
     }

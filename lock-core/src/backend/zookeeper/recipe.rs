@@ -31,9 +31,14 @@ enum Turn {
 }
 
 impl ZooKeeperStore {
-    /// Takes the lock `request.key` as `request.kind` (exclusive, fair, read or write).
-    pub(super) async fn lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
-        let session = self.0.sessions.current().await?;
+    /// Takes the lock `request.key` as `request.kind` (exclusive, fair, read or write)
+    /// on `session`.
+    pub(super) async fn lock(
+        &self,
+        session: &Session,
+        request: &Acquire,
+    ) -> Result<Outcome, LockError> {
+        let session = session.clone();
         let dir = self.lock_path(&request.key);
         let prefix = path::node_prefix(&request.token, request.kind);
         let mut pending = Pending::new(self, &session, &dir, prefix);

@@ -23,15 +23,17 @@ const PARENT: zk::CreateOptions<'static> =
     zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
 
 impl ZooKeeperStore {
-    /// Takes a permit of the semaphore `request.key`, whose count the caller gives as
-    /// `permits`: stored on first use, and [`LockError::Config`] if another is stored.
+    /// Takes a permit of the semaphore `request.key` on `session`, whose count the
+    /// caller gives as `permits`: stored on first use, and [`LockError::Config`] if
+    /// another is stored.
     pub(super) async fn acquire_permit(
         &self,
+        session: &Session,
         request: &Acquire,
         permits: u32,
     ) -> Result<Outcome, LockError> {
         let key = &request.key;
-        let session = self.0.sessions.current().await?;
+        let session = session.clone();
         let dir = self.lock_path(key);
         keep_count(&session, &dir, key, permits).await?;
         let leases = format!("{dir}/{LEASES}");
