@@ -82,7 +82,8 @@
 //! declares the session lost itself, rather than wait for a server that may not say so:
 //! every hold on it reports [`lost`](crate::LockGuard::lost) and `with_lock` is
 //! cancelled. So does a hold whose node an operator deleted. The next acquisition opens
-//! a new session.
+//! a new session, and an acquire whose session is lost while it waits asks again on a
+//! new one until its deadline.
 
 mod builder;
 mod holds;
