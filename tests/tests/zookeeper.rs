@@ -40,7 +40,7 @@ fn read_counter(path: &Path) -> u64 {
 async fn count_under(locker: Locker, key: &str, kind: LockKind, counter: &Path) {
     let wait = LockOptions::new().kind(kind).wait(Duration::from_secs(60));
     for _ in 0..ITERATIONS {
-        let guard = locker.lock_with(key, wait.clone()).await.unwrap();
+        let guard = locker.lock_with(key, wait).await.unwrap();
         let value = read_counter(counter);
         sleep(Duration::from_millis(1)).await;
         fs::write(counter, (value + 1).to_string()).unwrap();
