@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use lock_core::backend::ZooKeeperStore;
 use lock_core::{LockKind, LockOptions, Locker};
-use lock_tests::{CuratorLock, CuratorPeer, TcpProxy, ZooKeeperServer, wait_until};
+use lock_tests::{
+    CuratorLock, CuratorPeer, TcpProxy, ZooKeeperEnsemble, ZooKeeperServer, wait_until,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 /// A session timeout short enough for a test to outlast.
@@ -146,6 +148,69 @@ async fn a_server_paused_past_the_session_timeout_loses_every_hold() {
         .expect("a Locker whose session was lost locks again");
     assert!(next.fencing_token() > waited_token);
     next.release().await.unwrap();
+}
+
+/// On a 3-node ensemble, the leader is killed while locks are held and asked for: work
+/// goes on after the election, no two holders ever overlap (a lost-update counter), and
+/// each lock's fencing tokens keep rising.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_goes_on_when_the_leader_is_killed() {
+    const WORKERS: usize = 4;
+    const KEYS: usize = 2;
+    let mut ensemble = ZooKeeperEnsemble::spawn();
+    let connect = ensemble.connect_string();
+    let counters: Arc<Vec<std::sync::Mutex<(u64, u64)>>> =
+        Arc::new((0..KEYS).map(|_| std::sync::Mutex::default()).collect());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..WORKERS {
+        let locker = locker(&connect, Duration::from_secs(10)).await;
+        let (counters, stop) = (counters.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let key = (i + done as usize) % KEYS;
+                let wait = LockOptions::new().wait(Duration::from_secs(30));
+                let guard = locker
+                    .lock_with(&format!("work:{key}"), wait)
+                    .await
+                    .unwrap();
+                let (value, token) = *counters[key].lock().unwrap();
+                assert!(
+                    guard.fencing_token() > token,
+                    "a fencing token did not rise"
+                );
+                sleep(Duration::from_millis(2)).await;
+                *counters[key].lock().unwrap() = (value + 1, guard.fencing_token());
+                guard.release().await.unwrap();
+                done += 1;
+            }
+            done
+        }));
+    }
+    sleep(Duration::from_secs(1)).await;
+    let total = |counters: &[std::sync::Mutex<(u64, u64)>]| -> u64 {
+        counters.iter().map(|c| c.lock().unwrap().0).sum()
+    };
+    let before = total(&counters);
+    let leader = ensemble.leader();
+    ensemble.kill(leader);
+    eprintln!("killed node {leader} after {before} updates");
+    let moving = Instant::now();
+    while total(&counters) < before + 50 {
+        assert!(
+            moving.elapsed() < Duration::from_secs(30),
+            "work stopped after the election"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("50 more updates {:?} after the kill", moving.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut done = 0;
+    for worker in workers {
+        done += worker.await.unwrap();
+    }
+    assert_eq!(total(&counters), done, "an update was lost");
 }
 
 /// A connection cut and opened again within the session timeout loses nothing: the hold
