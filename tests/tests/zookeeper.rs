@@ -39,22 +39,26 @@ fn read_counter(path: &Path) -> u64 {
     fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
-/// Adds 1 to the counter file `ITERATIONS` times, each under the lock `key` taken as
-/// `kind`, as the Curator peers do under theirs.
+/// Takes the lock `key` as `kind` `ITERATIONS` times, as the Curator peers do theirs: a
+/// writer adds 1 to the counter file; a reader checks that it does not change under it.
 async fn count_under(locker: Locker, key: &str, kind: LockKind, counter: &Path) {
     let wait = LockOptions::new().kind(kind).wait(Duration::from_secs(60));
     for _ in 0..ITERATIONS {
         let guard = locker.lock_with(key, wait).await.unwrap();
         let value = read_counter(counter);
         sleep(Duration::from_millis(1)).await;
-        fs::write(counter, (value + 1).to_string()).unwrap();
+        if kind == LockKind::Read {
+            assert_eq!(read_counter(counter), value, "written under a read lock");
+        } else {
+            fs::write(counter, (value + 1).to_string()).unwrap();
+        }
         guard.release().await.unwrap();
     }
 }
 
 /// Curator processes and lock-core `Locker`s (each a session of its own) add to one
-/// counter under one lock, `/locks/shared` (Curator's readers check that it does not
-/// change under them): none is lost, so no two writers ever held it at once.
+/// counter under one lock, `/locks/shared` (readers check that it does not change under
+/// them): none is lost, so no two writers ever held it at once.
 async fn curator_shares(curator: CuratorLock, ours: LockKind) {
     let server = ZooKeeperServer::spawn();
     let peer = CuratorPeer::compile();
@@ -77,7 +81,7 @@ async fn curator_shares(curator: CuratorLock, ours: LockKind) {
         .await
         .unwrap()
         .expect("the Curator peers failed");
-    let writers = if curator == CuratorLock::Read { 3 } else { 6 };
+    let writers = 3 * (u64::from(curator != CuratorLock::Read) + u64::from(ours != LockKind::Read));
     let updates = writers * u64::from(ITERATIONS);
     assert_eq!(read_counter(&counter), updates, "an update was lost");
 }
@@ -95,6 +99,11 @@ async fn curator_write_locks_and_ours_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread")]
 async fn curator_read_locks_and_our_write_locks_exclude_each_other() {
     curator_shares(CuratorLock::Read, LockKind::Write).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_write_locks_and_our_read_locks_exclude_each_other() {
+    curator_shares(CuratorLock::Write, LockKind::Read).await;
 }
 
 /// A chroot in the connect string that does not exist yet is created, as Curator creates
