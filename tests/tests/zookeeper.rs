@@ -118,6 +118,39 @@ async fn a_chroot_is_created_and_holds_the_locks() {
     guard.release().await.unwrap();
 }
 
+/// A base path whose parent only a `digest` user may write to: a store without the
+/// credentials cannot lock there, one with them can.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_digest_user_locks_where_its_acl_allows() {
+    // base64(sha1("billing:s3cret")), as ZooKeeper's DigestAuthenticationProvider stores it
+    const DIGEST: &str = "huqOekxEaTIxelU/Ym4wPlZrjpU=";
+    let server = ZooKeeperServer::spawn();
+    let acl = format!("digest:billing:{DIGEST}:cdrwa");
+    server.cli(&["create", "/billing", "", &acl]).unwrap();
+    let store = |auth: Option<&str>| {
+        let builder = ZooKeeperStore::builder(&server.connect_string()).base_path("/billing/locks");
+        let builder = match auth {
+            Some(password) => builder.digest_auth("billing", password),
+            None => builder,
+        };
+        async move {
+            let store = builder.build().await.unwrap();
+            Locker::builder()
+                .store(Arc::new(store))
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    for refused in [store(None).await, store(Some("guess")).await] {
+        let err = refused.lock("job").await.unwrap_err();
+        let cause = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("not authorized"), "{err}");
+    }
+    let guard = store(Some("s3cret")).await.lock("job").await.unwrap();
+    guard.release().await.unwrap();
+}
+
 /// A server paused past the session timeout: the client declares the session lost
 /// itself, every hold on it reports `lost()`, and once the server is back the same
 /// `Locker` opens a new session and locks again, with a larger fencing token; a waiter
