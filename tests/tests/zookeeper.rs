@@ -258,7 +258,8 @@ async fn work_goes_on_when_the_leader_is_killed() {
 }
 
 /// A connection cut and opened again within the session timeout loses nothing: the hold
-/// stays its owner's, and another `Locker` still cannot take it.
+/// stays its owner's, another `Locker` still cannot take it, and a waiter on the cut
+/// connection is still woken by its watch, which the server set again on the reconnect.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
     let server = ZooKeeperServer::spawn();
@@ -266,6 +267,15 @@ async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
     let through_proxy = locker(&proxy.addr().to_string(), SESSION).await;
     let other = locker(&server.connect_string(), SESSION).await;
     let guard = through_proxy.lock("cut").await.unwrap();
+    let blocking = other.lock("cut:waited").await.unwrap();
+    let waiter = tokio::spawn({
+        let through_proxy = through_proxy.clone();
+        async move {
+            let wait = LockOptions::new().wait(Duration::from_secs(20));
+            through_proxy.lock_with("cut:waited", wait).await
+        }
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
     assert!(proxy.cut() >= 1, "no connection to cut");
     assert!(guard.is_held().await.unwrap(), "held while reconnecting");
     sleep(SESSION * 2).await;
@@ -274,6 +284,15 @@ async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
     assert!(other.try_lock("cut").await.unwrap().is_none());
     guard.release().await.unwrap();
     assert!(other.try_lock("cut").await.unwrap().is_some());
+
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    blocking.release().await.unwrap();
+    let woken = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter's watch did not survive the cut")
+        .unwrap()
+        .unwrap();
+    woken.release().await.unwrap();
 }
 
 /// 10,000 distinct keys locked and released, by 8 tasks at once and every kind in turn,
