@@ -151,6 +151,40 @@ async fn a_digest_user_locks_where_its_acl_allows() {
     guard.release().await.unwrap();
 }
 
+/// A semaphore forced open loses its permits' holders, and its waiter, which keeps its
+/// lease, takes the freed permit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_forced_open_lets_its_waiter_in() {
+    let server = ZooKeeperServer::spawn();
+    let (holder, waiting) = (
+        locker(&server.connect_string(), SESSION).await,
+        locker(&server.connect_string(), SESSION).await,
+    );
+    let permit = holder.semaphore("pool", 1).acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(Duration::from_secs(20));
+        waiting.semaphore("pool", 1).acquire_with(wait).await
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    let info = holder
+        .inspect("pool")
+        .await
+        .unwrap()
+        .expect("a permit is out");
+    assert_eq!((info.holders.len(), info.waiting), (1, Some(1)), "{info:?}");
+    assert!(holder.force_unlock("pool").await.unwrap());
+    timeout(Duration::from_secs(2), permit.lost())
+        .await
+        .expect("the holder never learnt of it");
+    let next = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was not let in")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > permit.fencing_token());
+    next.release().await.unwrap();
+}
+
 /// A server paused past the session timeout: the client declares the session lost
 /// itself, every hold on it reports `lost()`, and once the server is back the same
 /// `Locker` opens a new session and locks again, with a larger fencing token; a waiter
