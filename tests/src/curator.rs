@@ -40,7 +40,7 @@ import org.apache.curator.retry.RetryNTimes;
 public class CuratorPeer {
     public static void main(String[] args) throws Exception {
         Path counter = Paths.get(args[3]);
-        int iterations = Integer.parseInt(args[4]);
+        long iterations = Long.parseLong(args[4]);
         CuratorFramework client = CuratorFrameworkFactory.newClient(
             args[0], 10000, 5000, new RetryNTimes(100, 100));
         client.start();
@@ -51,7 +51,7 @@ public class CuratorPeer {
             case "read" -> readWrite.readLock();
             default -> throw new IllegalArgumentException("no lock kind " + args[2]);
         };
-        for (int i = 0; i < iterations; i++) {
+        for (long i = 0; i < iterations; i++) {
             if (!lock.acquire(60, TimeUnit.SECONDS)) {
                 throw new IllegalStateException("not acquired within 60 s");
             }

@@ -378,7 +378,7 @@ impl ZooKeeperServer {
             .arg("-cp")
             .arg(classpath(&[ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR]))
             .arg(SERVER_MAIN)
-            .arg(CONFIG_FILE)
+            .arg(self.dir.join(CONFIG_FILE))
             // `envi` names it as `user.dir`, which tells our server from another's.
             .current_dir(&self.dir)
             .stdin(Stdio::null())

@@ -83,6 +83,47 @@ fn restart_keeps_the_port_and_the_znodes() {
 }
 
 #[test]
+fn restart_keeps_the_sessions() {
+    let mut server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let counter = counter_in(&peer);
+    // Locks until dropped, on one session.
+    let _run = peer.spawn(
+        1,
+        &server.connect_string(),
+        "/locks/k",
+        CuratorLock::Mutex,
+        &counter,
+        u32::MAX,
+    );
+    // Once it has counted, the peer has its session: the server no longer only promised it.
+    wait_until(RUN_TIMEOUT, "the peer's first count", || {
+        let count = fs::read_to_string(&counter).ok();
+        count
+            .and_then(|c| c.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    });
+    let before = session_ids(&server);
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    server.restart();
+    // A session the server forgot would be expired, and Curator would open another.
+    wait_until(RUN_TIMEOUT, "the peer back on its session", || {
+        session_ids(&server) == before
+    });
+}
+
+/// The session ids of the clients connected now, from `cons`.
+fn session_ids(server: &ZooKeeperServer) -> Vec<String> {
+    let cons = server.four_letter("cons").unwrap();
+    cons.split("sid=")
+        .skip(1)
+        .filter_map(|rest| rest.split([',', ')']).next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
 fn a_paused_server_answers_nothing_until_resumed() {
     let server = ZooKeeperServer::spawn();
     server.pause();
