@@ -1,18 +1,18 @@
 //! The conformance suite of `lock_core::conformance`, run against every store of this
 //! repository: memory (with leases, and with sessions), one Redis server, RedLock over
-//! three, Sentinel and Cluster. Each `conformance!` line at the bottom makes one module of
+//! three, Sentinel and Cluster, and a ZooKeeper server. Each `conformance!` line at the bottom makes one module of
 //! tests (`memory::exclusion_loses_no_update`, ...).
 
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::MemoryStore;
+use lock_core::backend::{MemoryStore, ZooKeeperStore};
 use lock_core::conformance::{Holds, StoreUnderTest};
 use lock_core::{Locker, conformance};
 use lock_tests::{
-    MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, ValueExt, eventually, lock_key,
-    sharded_subscribers, subscribed_lockers,
+    MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, ValueExt, ZooKeeperServer, eventually,
+    lock_key, sharded_subscribers, subscribed_lockers,
 };
 
 mod common;
@@ -210,6 +210,46 @@ impl StoreUnderTest for Cluster {
     }
 }
 
+/// A standalone ZooKeeper server of the test's own; each `Locker` opens a session of its
+/// own on it.
+#[derive(Debug)]
+struct ZooKeeper {
+    server: ZooKeeperServer,
+}
+
+impl ZooKeeper {
+    fn spawn() -> Self {
+        Self {
+            server: ZooKeeperServer::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for ZooKeeper {
+    fn name(&self) -> &str {
+        "zookeeper"
+    }
+
+    fn holds(&self) -> Holds {
+        Holds::Session
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::zookeeper(&self.server.connect_string())
+            .await
+            .expect("connect to the test zookeeper server")
+    }
+
+    /// Closes the session ([`ZooKeeperStore::end_session`]).
+    async fn end_session(&self, locker: &Locker) {
+        let store: &dyn Any = locker.store().as_ref();
+        let store = store
+            .downcast_ref::<ZooKeeperStore>()
+            .expect("a Locker of this store under test");
+        store.end_session().await;
+    }
+}
+
 /// Once one `Locker` listens for a lock's wake-ups on `server` (as `subscribers` counts),
 /// kills the pub/sub connections there, then waits until it listens again.
 async fn cut_pub_sub(server: &RedisServer, subscribers: impl Fn() -> usize) {
@@ -230,3 +270,4 @@ conformance!(redis, Redis::spawn());
 conformance!(redlock, RedLock::spawn());
 conformance!(sentinel, Sentinel::spawn());
 conformance!(cluster, Cluster::spawn());
+conformance!(zookeeper, ZooKeeper::spawn());

@@ -2,7 +2,8 @@
 //!
 //! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis ([`RedisStore`], or
 //! [`RedLockStore`] over independent masters), this process's memory ([`MemoryStore`]),
-//! or one of your own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+//! a ZooKeeper ensemble (`ZooKeeperStore`, with the `zookeeper` feature), or one of your
+//! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
 //! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
 //! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
 //! [`Locker::connect`](crate::Locker::connect)) are shorthands for it.
@@ -174,7 +175,11 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod release;
 pub(crate) mod store;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use memory::MemoryStore;
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZooKeeperStore, ZooKeeperStoreBuilder};

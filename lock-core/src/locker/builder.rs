@@ -8,6 +8,8 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
+#[cfg(feature = "zookeeper")]
+use crate::backend::ZooKeeperStore;
 use crate::backend::redis::redact;
 use crate::backend::{MemoryStore, RedLockStore, RedisStoreBuilder, Store};
 use crate::options::{self, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
@@ -82,6 +84,8 @@ enum Choice {
     RedLock(Vec<String>),
     InMemory,
     Store(Arc<dyn Store>),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(String),
 }
 
 impl Choice {
@@ -90,6 +94,8 @@ impl Choice {
     fn precedence(&self) -> u8 {
         match self {
             Self::RedLock(_) => 0,
+            #[cfg(feature = "zookeeper")]
+            Self::ZooKeeper(_) => 0,
             Self::Cluster => 1,
             Self::Sentinel => 2,
             Self::Store(_) => 3,
@@ -112,6 +118,10 @@ impl fmt::Debug for Choice {
             }
             Self::InMemory => f.write_str("InMemory"),
             Self::Store(store) => f.debug_tuple("Store").field(&store.name()).finish(),
+            #[cfg(feature = "zookeeper")]
+            Self::ZooKeeper(connect_string) => {
+                f.debug_tuple("ZooKeeper").field(connect_string).finish()
+            }
         }
     }
 }
@@ -192,6 +202,15 @@ impl LockerBuilder {
     /// Keep the locks in this process's memory (see [`Locker::in_memory`]).
     pub fn in_memory(self) -> Self {
         self.choose(Choice::InMemory)
+    }
+
+    /// Keep the locks on the ZooKeeper ensemble of `connect_string` (see
+    /// [`Locker::zookeeper`]). Shorthand for
+    /// [`ZooKeeperStore::builder`](crate::backend::ZooKeeperStore::builder) with its default
+    /// settings; build the store yourself for others.
+    #[cfg(feature = "zookeeper")]
+    pub fn zookeeper(self, connect_string: &str) -> Self {
+        self.choose(Choice::ZooKeeper(connect_string.to_owned()))
     }
 
     /// Keep the locks in `store`: one built by its own builder (a
@@ -311,6 +330,10 @@ impl LockerBuilder {
                 Arc::new(MemoryStore::with_fence_ttl(fence_ttl))
             }
             Choice::Store(store) => store,
+            #[cfg(feature = "zookeeper")]
+            Choice::ZooKeeper(connect_string) => {
+                Arc::new(ZooKeeperStore::builder(&connect_string).build().await?)
+            }
         };
         Ok(Locker::on(store, defaults, max_key_len))
     }
@@ -349,6 +372,10 @@ fn sole(
         ),
         Some(Choice::Sentinel) if combined => refuse(
             "sentinel(..) cannot be combined with url(..), pool(..), redlock(..), in_memory() or store(..)",
+        ),
+        #[cfg(feature = "zookeeper")]
+        Some(Choice::ZooKeeper(_)) if combined => refuse(
+            "zookeeper(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..)",
         ),
         Some(choice @ Choice::RedLock(_)) => Ok(choice),
         _ if redlock_drift.is_some() => refuse("redlock_drift(..) applies only to redlock(..)"),

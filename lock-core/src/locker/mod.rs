@@ -188,6 +188,30 @@ impl Locker {
         Self::builder().redlock(master_urls).build().await
     }
 
+    /// Keeps the locks on the ZooKeeper ensemble of `connect_string` (`host:port` pairs,
+    /// comma-separated, with an optional chroot suffix such as `/app`), in Apache
+    /// Curator's layout, so that a Java service's `InterProcessMutex` on `/locks/K`
+    /// shares the lock `K`. Holds last as long as the session (10 s past a lost
+    /// connection); fencing tokens are the nodes' creation zxids. See
+    /// [`crate::backend::zookeeper`].
+    ///
+    /// Shorthand for a [`ZooKeeperStore`](crate::backend::ZooKeeperStore) with its default
+    /// settings, plugged in with [`LockerBuilder::store`].
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::zookeeper("127.0.0.1:2181,127.0.0.1:2182/app").await?;
+    /// let guard = locker.lock("report:7").await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "zookeeper")]
+    pub async fn zookeeper(connect_string: &str) -> Result<Locker, LockError> {
+        Self::builder().zookeeper(connect_string).build().await
+    }
+
     /// Starts configuring a `Locker`.
     pub fn builder() -> LockerBuilder {
         LockerBuilder::default()
@@ -571,6 +595,12 @@ impl Locker {
     ///   (the guard's is reckoned from the granting masters' counters, which no master
     ///   records); `waiting` is the most `Locker`s that a majority of the masters count.
     ///   The kind as on Redis.
+    /// - **ZooKeeper** (feature `zookeeper`; the lock's children, then each holder's
+    ///   node): each holder's node, with its creation zxid as its fencing token and no
+    ///   lease (the hold lasts as long as its session). The kind as its node's name says
+    ///   it: exclusive for a fair lock too, whose nodes are the same, or a semaphore with
+    ///   its stored count. `waiting` counts the nodes queued behind the holders (every
+    ///   client's, Curator's included), or the leases beyond a semaphore's count.
     /// - **A store of your own** answers [`LockError::Config`] unless it implements
     ///   [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

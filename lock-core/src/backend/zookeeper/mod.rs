@@ -1,0 +1,275 @@
+//! Locks on a ZooKeeper ensemble, in Apache Curator's layout, fenced by each node's
+//! creation zxid: [`ZooKeeperStore`].
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use lock_core::Locker;
+//!
+//! let locker = Locker::zookeeper("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181").await?;
+//! let guard = locker.lock("balance:42").await?;
+//! // Strictly greater for every later hold of the key, across leader elections.
+//! let fence = guard.fencing_token();
+//! # let _ = fence;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! With the default [base path](ZooKeeperStoreBuilder::base_path), the lock `K` is the
+//! node `/locks/K`, within the connect string's chroot if it has one (created, as
+//! Curator creates its namespace, if it is missing). Its holders and
+//! waiters are its children, each an EPHEMERAL_SEQUENTIAL node of the session that made
+//! it; `/locks/K` and its parents are CONTAINER nodes, which the server deletes once they
+//! are empty, so an idle lock leaves nothing behind. The names are Curator's, with the
+//! uuid that begins the hold's owner token:
+//!
+//! | kind | node | Curator recipe |
+//! |---|---|---|
+//! | exclusive, fair | `_c_{uuid}-lock-{seq}` | `InterProcessMutex` |
+//! | read | `_c_{uuid}-__READ__{seq}` | `InterProcessReadWriteLock`'s read lock |
+//! | write | `_c_{uuid}-__WRIT__{seq}` | `InterProcessReadWriteLock`'s write lock |
+//! | semaphore permit | `leases/_c_{uuid}-lease-{seq}` | `InterProcessSemaphoreV2` |
+//!
+//! Every child whose name ends in `lock-`, `__WRIT__`, `__READ__` (or kazoo's `__lock__`
+//! and `__rlock__`) and ten digits contends, in the order of those digits. An exclusive,
+//! fair or write node holds the lock when it is first; a read node when no other kind is
+//! before it, so a reader that asks after a waiting writer waits behind it. A waiter
+//! watches only the node it waits for (the one just before it, or a reader's first
+//! writer), and is woken by that node's deletion: no polling. The first come are the first
+//! served, so exclusive and fair locks are the same recipe.
+//!
+//! A permit is held while fewer than the semaphore's count of leases come before its
+//! lease. Curator's acquirers also queue at a mutex on `/locks/K/locks` and count every
+//! lease, a rule that admits no lease this one refuses, so both share a semaphore; a
+//! stream of ours can keep a Curator acquirer waiting, as it does not queue at that
+//! mutex. The count is stored as the data of `/locks/K` itself, which Curator never
+//! reads, on first use (asking with another is [`LockError::Config`]); it goes with the
+//! node once the semaphore is idle. Leases keep every other kind out of `K`, and a lease
+//! that finds another kind contending for `K` gives way to it.
+//!
+//! A hold's fencing token is its node's creation zxid (`czxid`): every later node of the
+//! lock is created later, across leader elections too, and any client can read it.
+//!
+//! # Sharing a lock with Curator and kazoo
+//!
+//! A Java service shares the lock `K` with `new InterProcessMutex(client, "/locks/K")`
+//! (or `InterProcessReadWriteLock` on the same path), on the same ensemble and chroot.
+//! A kazoo `Lock` on the same path is counted too, but Curator orders the children by the
+//! text after their last `lock-`, and kazoo's `__lock__` nodes have none, so a Curator
+//! client misorders them; `extra_lock_patterns=["-lock-"]` on the kazoo side does not
+//! mend that. Share a lock between kazoo and this store only where no Curator client
+//! takes it.
+//!
+//! # Keys
+//!
+//! A key is one znode name as it stands, unless it could not be one: `/` is written
+//! `%2F`, and `%` itself `%25` (as [`KeySegment`](crate::KeySegment) escapes), the
+//! characters ZooKeeper refuses in a name (U+E000 to U+F8FF, U+FFF0 to U+FFFF) as `%` and
+//! the hex of their UTF-8 bytes, and the names `.`, `..` and `zookeeper` as `%2E`,
+//! `%2E%2E` and `%7Aookeeper`. So `a/b` is `/locks/a%2Fb`: a Curator client sharing such a
+//! lock names that path.
+//!
+//! # Sessions
+//!
+//! A hold lasts as long as the store's session: nothing is renewed. The session
+//! outlives a lost connection for its [timeout](ZooKeeperStoreBuilder::session_timeout);
+//! a disconnect that ends sooner loses nothing, and until it ends
+//! [`is_held`](crate::LockGuard::is_held) answers `true` (the server keeps the node until
+//! the timeout). Once 7/5 of the timeout has passed without a reconnect, the client
+//! declares the session lost itself, rather than wait for a server that may not say so:
+//! every hold on it reports [`lost`](crate::LockGuard::lost) and `with_lock` is
+//! cancelled. So does a hold whose node an operator deleted. The next acquisition opens
+//! a new session, and an acquire whose session is lost while it waits asks again on a
+//! new one until its deadline.
+
+mod builder;
+mod holds;
+mod operator;
+mod path;
+mod recipe;
+mod semaphore;
+mod session;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use zookeeper_client as zk;
+
+pub use builder::{DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, ZooKeeperStoreBuilder};
+use holds::Holds;
+use session::{Connect, Session, Sessions};
+
+use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::{LockError, LockInfo, LockKey, LockKind};
+
+/// Locks on a ZooKeeper ensemble, in Apache Curator's layout: see the
+/// [module docs](crate::backend::zookeeper) for the layout, the keys and the sessions.
+/// Made with [`ZooKeeperStore::builder`], or by [`Locker::zookeeper`](crate::Locker::zookeeper).
+/// Cheap to clone: clones share the session.
+#[derive(Clone)]
+pub struct ZooKeeperStore(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    sessions: Sessions,
+    base_path: String,
+    holds: Holds,
+    /// Work that outlives the call that started it (deleting the node of an acquire cut
+    /// short).
+    background: TaskTracker,
+}
+
+impl fmt::Debug for ZooKeeperStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperStore")
+            .field("connect_string", &self.0.sessions.connect_string())
+            .field("base_path", &self.0.base_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZooKeeperStore {
+    /// Configures a store on the ensemble of `connect_string`: `host:port` pairs,
+    /// comma-separated, with an optional chroot suffix (`"10.0.0.1:2181,10.0.0.2:2181/app"`).
+    /// See [`ZooKeeperStoreBuilder`].
+    pub fn builder(connect_string: &str) -> ZooKeeperStoreBuilder {
+        ZooKeeperStoreBuilder::new(connect_string)
+    }
+
+    /// Opens the first session, so that a wrong address fails at once.
+    async fn connect(connect: Connect, base_path: String) -> Result<Self, LockError> {
+        let store = Self(Arc::new(Inner {
+            sessions: Sessions::new(connect),
+            base_path,
+            holds: Holds::default(),
+            background: TaskTracker::new(),
+        }));
+        store.0.sessions.current().await?;
+        Ok(store)
+    }
+
+    /// The node of the lock `key`.
+    fn lock_path(&self, key: &LockKey) -> String {
+        path::lock_path(&self.0.base_path, key)
+    }
+
+    /// Runs `work` in the background, if there is a runtime to run it on.
+    fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.0.background.spawn_on(work, &runtime);
+        }
+    }
+}
+
+impl Store for ZooKeeperStore {
+    fn name(&self) -> &str {
+        "zookeeper"
+    }
+
+    /// Every kind: exclusive, fair, read and write on Curator's lock recipes, and
+    /// semaphores on its `InterProcessSemaphoreV2`.
+    fn supports(&self, _kind: LockKind) -> bool {
+        true
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        Box::pin(async move {
+            loop {
+                let session = self.0.sessions.current().await?;
+                let attempt = match request.kind {
+                    LockKind::Semaphore { permits } => {
+                        self.acquire_permit(&session, request, permits).await
+                    }
+                    _ => self.lock(&session, request).await,
+                };
+                match attempt {
+                    // The session was lost while it asked: ask again on a new one.
+                    Err(_) if !session.is_live() && Instant::now() < request.deadline => {}
+                    attempt => return attempt,
+                }
+            }
+        })
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let Some(held) = self.0.holds.release(hold.token) else {
+                return Ok(false);
+            };
+            let Some(session) = held.session.upgrade() else {
+                return Ok(false);
+            };
+            recipe::delete(&session, &held.path)
+                .await
+                .map_err(|e| failed(hold.key, "delete its node", e))
+        })
+    }
+
+    /// Nothing to renew: every hold is a session's.
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        Box::pin(std::future::ready(Ok(vec![None; leases.len()])))
+    }
+
+    /// Asks the server whether the hold's node is still its session's; `true` without
+    /// asking while the connection is down and the session may still live.
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let Some(held) = self.0.holds.get(hold.token) else {
+                return Ok(false);
+            };
+            let Some(session) = held.session.upgrade().filter(Session::is_live) else {
+                return Ok(false);
+            };
+            if session.is_disconnected() {
+                return Ok(true);
+            }
+            match session.client.check_stat(&held.path).await {
+                Ok(stat) => {
+                    let owner = session.client.session_id().0;
+                    Ok(stat.is_some_and(|s| s.ephemeral_owner == owner))
+                }
+                Err(e) if session::cut_short(&e) => Ok(session.is_live()),
+                Err(_) if !session.is_live() => Ok(false),
+                Err(e) => Err(failed(hold.key, "read its node", e)),
+            }
+        })
+    }
+
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(self.available_permits(key, permits))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.store_permits(key, permits))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(self.force_unlock_lock(key))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        Box::pin(self.inspect_lock(key))
+    }
+
+    fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.0.background.close();
+            self.0.background.wait().await;
+            self.0.background.reopen();
+        })
+    }
+}
+
+/// The error of a call to the ensemble about the lock `key` that failed while `doing`.
+fn failed(key: &LockKey, doing: &str, error: zk::Error) -> LockError {
+    LockError::backend(
+        format!("zookeeper lock {:?}: cannot {doing}", key.as_str()),
+        error,
+    )
+}

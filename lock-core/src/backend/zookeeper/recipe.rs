@@ -1,0 +1,291 @@
+//! Curator's lock recipe (`LockInternals`), for exclusive, fair, read and write holds:
+//! an EPHEMERAL_SEQUENTIAL node under the lock's CONTAINER node, held once no node it
+//! waits for is before it; until then it watches the one it waits for, and nothing else.
+
+use tokio::time::{Instant, sleep_until};
+use zookeeper_client as zk;
+
+use super::path::{self, Contender};
+use super::session::{RETRIES, Session, cut_short};
+use super::{ZooKeeperStore, failed};
+use crate::LockError;
+use crate::backend::store::{Acquire, Acquired, Outcome};
+
+/// How a lock's nodes are made: open to every client, as Curator's are by default.
+const NODE: zk::CreateOptions<'static> =
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+/// How the lock's node and its parents are made: deleted by the server once empty.
+const PARENT: zk::CreateOptions<'static> =
+    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+
+/// The child of a lock's node under which a semaphore's leases live (Curator's
+/// `InterProcessSemaphoreV2`).
+pub(super) const LEASES: &str = "leases";
+
+/// How a wait for a turn ended.
+enum Turn {
+    /// The node holds the lock.
+    Mine,
+    /// The deadline came first.
+    Deadline,
+}
+
+impl ZooKeeperStore {
+    /// Takes the lock `request.key` as `request.kind` (exclusive, fair, read or write)
+    /// on `session`.
+    pub(super) async fn lock(
+        &self,
+        session: &Session,
+        request: &Acquire,
+    ) -> Result<Outcome, LockError> {
+        let session = session.clone();
+        let dir = self.lock_path(&request.key);
+        let prefix = path::node_prefix(&request.token, request.kind);
+        let mut pending = Pending::new(self, &session, &dir, prefix);
+        let (name, fence) = create(&session, &dir, &pending.prefix)
+            .await
+            .map_err(|e| failed(&request.key, "create its node", e))?;
+        pending.name = Some(name.clone());
+        let turn = wait_turn(&session, &dir, &name, request.deadline)
+            .await
+            .map_err(|e| failed(&request.key, "wait for its turn", e))?;
+        let node = format!("{dir}/{name}");
+        match turn {
+            Turn::Mine => {
+                pending.settle();
+                let lost = self.0.holds.insert(&request.token, session, node);
+                Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+            }
+            Turn::Deadline => {
+                delete(&session, &node)
+                    .await
+                    .map_err(|e| failed(&request.key, "give up its place", e))?;
+                pending.settle();
+                Ok(Outcome::Held { holder_ttl: None })
+            }
+        }
+    }
+}
+
+/// Creates the node `{dir}/{prefix}{sequence}`, and `dir` with its parents if they are
+/// missing: its name and its creation zxid. After the connection broke under the create,
+/// it looks for its node by its prefix, which names its owner, before it creates another
+/// (up to [`RETRIES`] times in a row).
+pub(super) async fn create(
+    session: &Session,
+    dir: &str,
+    prefix: &str,
+) -> Result<(String, u64), zk::Error> {
+    let path = format!("{dir}/{prefix}");
+    let mut retries = 0;
+    loop {
+        match session.client.create(&path, &[], &NODE).await {
+            Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), zxid(stat))),
+            Err(zk::Error::NoNode) => {
+                session.retry(|| session.client.mkdir(dir, &PARENT)).await?;
+            }
+            Err(e) if cut_short(&e) && retries < RETRIES => {
+                retries += 1;
+                session.reconnected().await?;
+                if let Some(found) = find(session, dir, prefix).await? {
+                    return Ok(found);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The node under `dir` whose name begins with `prefix`, if there is one: its name and
+/// its creation zxid.
+pub(super) async fn find(
+    session: &Session,
+    dir: &str,
+    prefix: &str,
+) -> Result<Option<(String, u64)>, zk::Error> {
+    let children = match session.retry(|| session.client.list_children(dir)).await {
+        Err(zk::Error::NoNode) => return Ok(None),
+        children => children?,
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{name}");
+    match session.retry(|| session.client.check_stat(&path)).await? {
+        Some(stat) => Ok(Some((name, zxid(stat)))),
+        None => Ok(None),
+    }
+}
+
+/// Waits until the node `name` under `dir` holds the lock, or the deadline: each time,
+/// it lists the lock's contenders (and its semaphore's leases, in the same request), and
+/// watches the one node it waits for (`getData`), or the leases. A semaphore's leases
+/// keep every other kind out until they are given back.
+async fn wait_turn(
+    session: &Session,
+    dir: &str,
+    name: &str,
+    deadline: Instant,
+) -> Result<Turn, zk::Error> {
+    let leases = format!("{dir}/{LEASES}");
+    loop {
+        let [children, leased] = list_both(session, dir, &leases).await?;
+        let leased = match leased {
+            Ok(leases) => !leases.is_empty(),
+            Err(zk::Error::NoNode) => false,
+            Err(e) => return Err(e),
+        };
+        let contenders = path::contenders(children?);
+        let Some(me) = contenders.iter().position(|c| c.name == name) else {
+            return Err(zk::Error::NoNode);
+        };
+        let blocker = path::blocker(&contenders, me);
+        if blocker.is_none() && !leased {
+            return Ok(Turn::Mine);
+        }
+        if Instant::now() >= deadline {
+            return Ok(Turn::Deadline);
+        }
+        let watcher = match blocker {
+            Some(Contender { name: blocker, .. }) => {
+                let blocker = format!("{dir}/{blocker}");
+                match session
+                    .retry(|| session.client.get_and_watch_data(&blocker))
+                    .await
+                {
+                    Ok((_, _, watcher)) => watcher,
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            None => match session
+                .retry(|| session.client.list_and_watch_children(&leases))
+                .await
+            {
+                Ok((leases, watcher)) if !leases.is_empty() => watcher,
+                Ok(_) | Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(e),
+            },
+        };
+        tokio::select! {
+            _ = watcher.changed() => {}
+            () = sleep_until(deadline) => return Ok(Turn::Deadline),
+            () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
+        }
+    }
+}
+
+/// The children of `a` and of `b`, read at one point in time (one multi-read); each
+/// `NoNode` if its node is missing.
+pub(super) async fn list_both(
+    session: &Session,
+    a: &str,
+    b: &str,
+) -> Result<[Result<Vec<String>, zk::Error>; 2], zk::Error> {
+    let results = session
+        .retry(|| {
+            let mut reader = session.client.new_multi_reader();
+            let added = reader.add_get_children(a).and(reader.add_get_children(b));
+            async move {
+                added?;
+                reader.commit().await
+            }
+        })
+        .await?;
+    let mut lists = results.into_iter().map(|result| match result {
+        zk::MultiReadResult::Children { children } => Ok(children),
+        zk::MultiReadResult::Error { err } => Err(err),
+        _ => Err(zk::Error::UnexpectedError(
+            "a multi-read of children answered with something else".into(),
+        )),
+    });
+    let mut next = || lists.next().unwrap_or(Err(zk::Error::NoNode));
+    Ok([next(), next()])
+}
+
+/// Deletes the node at `path`, again after the connection broke under it (up to
+/// [`RETRIES`] times in a row) while the session lives: whether it was there to delete.
+/// One gone with its session was not.
+pub(super) async fn delete(session: &Session, path: &str) -> Result<bool, zk::Error> {
+    let mut retries = 0;
+    loop {
+        match session.client.delete(path, None).await {
+            Ok(()) => return Ok(true),
+            Err(zk::Error::NoNode) => return Ok(retries > 0),
+            Err(e) if cut_short(&e) && retries < RETRIES => match session.reconnected().await {
+                Ok(()) => retries += 1,
+                Err(_) => return Ok(false),
+            },
+            Err(zk::Error::SessionExpired) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A node's creation zxid, as a fencing token.
+pub(super) fn zxid(stat: zk::Stat) -> u64 {
+    u64::try_from(stat.czxid).unwrap_or(0)
+}
+
+/// A node being created or waiting for its turn: if the acquire is dropped before it
+/// settles, its node is deleted in the background (found by its prefix if its create's
+/// answer never came).
+pub(super) struct Pending {
+    store: ZooKeeperStore,
+    session: Session,
+    dir: String,
+    pub(super) prefix: String,
+    /// Its name once created.
+    pub(super) name: Option<String>,
+    settled: bool,
+}
+
+impl Pending {
+    pub(super) fn new(
+        store: &ZooKeeperStore,
+        session: &Session,
+        dir: &str,
+        prefix: String,
+    ) -> Self {
+        Self {
+            store: store.clone(),
+            session: session.clone(),
+            dir: dir.to_owned(),
+            prefix,
+            name: None,
+            settled: false,
+        }
+    }
+
+    /// The node is the hold's now, or it was given up: nothing to delete when dropped.
+    pub(super) fn settle(&mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.settled || !self.session.is_live() {
+            return;
+        }
+        let (session, dir, prefix, name) = (
+            self.session.clone(),
+            std::mem::take(&mut self.dir),
+            std::mem::take(&mut self.prefix),
+            self.name.take(),
+        );
+        self.store.background(async move {
+            let name = match name {
+                Some(name) => Some(name),
+                None => find(&session, &dir, &prefix)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|(n, _)| n),
+            };
+            if let Some(name) = name {
+                let _ = delete(&session, &format!("{dir}/{name}")).await;
+            }
+        });
+    }
+}

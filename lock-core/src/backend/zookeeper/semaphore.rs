@@ -1,0 +1,257 @@
+//! Semaphores on Curator's lease nodes (`InterProcessSemaphoreV2`):
+//! `{path}/leases/_c_{uuid}-lease-{seq}`, one per permit held or asked for. A lease holds
+//! its permit while fewer than the count of leases come before it (by sequence). Curator's
+//! acquirers also take a mutex on `{path}/locks` while they count, and hold a lease while
+//! there are no more leases than the count: a rule that admits no lease ours would not,
+//! so the two share a semaphore safely, and ours need not queue at that mutex. The count
+//! is the data of the lock's own node `{path}`, which Curator never reads (its count is an
+//! argument, or a `SharedCount` elsewhere): stored on first use, and gone with the node
+//! once the semaphore is idle.
+
+use tokio::time::{Instant, sleep_until};
+use zookeeper_client as zk;
+
+use super::path::{self, Contender};
+use super::recipe::{LEASES, Pending, create, delete, list_both};
+use super::session::Session;
+use super::{ZooKeeperStore, failed};
+use crate::backend::store::{Acquire, Acquired, Outcome};
+use crate::{LockError, LockKey};
+
+/// How a lock's node is made when a count is stored before any hold made it.
+const PARENT: zk::CreateOptions<'static> =
+    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+
+impl ZooKeeperStore {
+    /// Takes a permit of the semaphore `request.key` on `session`, whose count the
+    /// caller gives as `permits`: stored on first use, and [`LockError::Config`] if
+    /// another is stored.
+    pub(super) async fn acquire_permit(
+        &self,
+        session: &Session,
+        request: &Acquire,
+        permits: u32,
+    ) -> Result<Outcome, LockError> {
+        let key = &request.key;
+        let session = session.clone();
+        let dir = self.lock_path(key);
+        keep_count(&session, &dir, key, permits).await?;
+        let leases = format!("{dir}/{LEASES}");
+        let prefix = path::node_prefix(&request.token, request.kind);
+        let mut lease = Pending::new(self, &session, &leases, prefix);
+        let room = wait_for_room(&session, &dir, &mut lease, permits, request.deadline)
+            .await
+            .map_err(|e| failed(key, "wait for a permit", e))?;
+        let Some((node, fence)) = room else {
+            if let Some(name) = &lease.name {
+                delete(&session, &format!("{leases}/{name}"))
+                    .await
+                    .map_err(|e| failed(key, "give up its lease", e))?;
+            }
+            lease.settle();
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        lease.settle();
+        let lost = self.0.holds.insert(&request.token, session, node);
+        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+    }
+
+    /// The permits of the semaphore `key` free now: its stored count (or `permits`)
+    /// less its leases; none while another kind holds the key.
+    pub(super) async fn available_permits(
+        &self,
+        key: &LockKey,
+        permits: u32,
+    ) -> Result<u32, LockError> {
+        let session = self.0.sessions.current().await?;
+        let dir = self.lock_path(key);
+        let (contenders, leases) = contenders_and_leases(&session, &dir)
+            .await
+            .map_err(|e| failed(key, "list its nodes", e))?;
+        if !contenders.is_empty() {
+            return Ok(0);
+        }
+        let count = stored_count(&session, &dir)
+            .await
+            .map_err(|e| failed(key, "read its count", e))?
+            .unwrap_or(permits);
+        let leases = u32::try_from(leases.len()).unwrap_or(u32::MAX);
+        Ok(count.saturating_sub(leases))
+    }
+
+    /// Stores `permits` as the count of the semaphore `key`, and wakes the acquirer that
+    /// waits for room (it watches the count).
+    pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
+        let session = self.0.sessions.current().await?;
+        let dir = self.lock_path(key);
+        let data = permits.to_string();
+        loop {
+            let set = session
+                .retry(|| session.client.set_data(&dir, data.as_bytes(), None))
+                .await;
+            match set {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::NoNode) => create_lock_node(&session, &dir, &data)
+                    .await
+                    .map_err(|e| failed(key, "store its count", e))?,
+                Err(e) => return Err(failed(key, "store its count", e)),
+            }
+        }
+    }
+}
+
+/// Waits until the lease `lease` holds a permit: no other kind contends for the lock
+/// (its lease is given up while one does, so that the other goes first), and fewer than
+/// the count of leases come before it. Its node and fencing token, or `None` at the
+/// deadline (its lease, if made, still there for the caller to delete).
+async fn wait_for_room(
+    session: &Session,
+    dir: &str,
+    lease: &mut Pending,
+    permits: u32,
+    deadline: Instant,
+) -> Result<Option<(String, u64)>, zk::Error> {
+    let leases_dir = format!("{dir}/{LEASES}");
+    let mut fence = 0;
+    loop {
+        if lease.name.is_none() {
+            let (name, zxid) = create(session, &leases_dir, &lease.prefix).await?;
+            (lease.name, fence) = (Some(name), zxid);
+        }
+        let mine = lease.name.clone().unwrap_or_default();
+        let (contenders, leases) = contenders_and_leases(session, dir).await?;
+        let watchers = if let Some(Contender { name, .. }) = contenders.first() {
+            lease.name = None;
+            delete(session, &format!("{leases_dir}/{mine}")).await?;
+            let first = format!("{dir}/{name}");
+            match session
+                .retry(|| session.client.get_and_watch_data(&first))
+                .await
+            {
+                Ok((_, _, watcher)) => vec![watcher],
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(e),
+            }
+        } else {
+            let count = stored_count(session, dir).await?.unwrap_or(permits);
+            if admitted(leases, &mine, count)? {
+                return Ok(Some((format!("{leases_dir}/{mine}"), fence)));
+            }
+            let leases = session.retry(|| session.client.list_and_watch_children(&leases_dir));
+            let count = session.retry(|| session.client.get_and_watch_data(dir));
+            let ((leases, leases_changed), (count, _, count_changed)) =
+                tokio::try_join!(leases, count)?;
+            // What the watches were set on may already admit it: a lease given back, or
+            // the count raised, between the first look and the watches.
+            let count = parse_count(&count).unwrap_or(permits);
+            if admitted(leases, &mine, count)? {
+                continue;
+            }
+            vec![leases_changed, count_changed]
+        };
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        let changed =
+            futures_util::future::select_all(watchers.into_iter().map(|w| Box::pin(w.changed())));
+        tokio::select! {
+            _ = changed => {}
+            () = sleep_until(deadline) => return Ok(None),
+            () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
+        }
+    }
+}
+
+/// Whether the lease `mine` holds a permit among `leases`: fewer than `count` come
+/// before it. `NoNode` if it is not among them.
+fn admitted(leases: Vec<String>, mine: &str, count: u32) -> Result<bool, zk::Error> {
+    let leases = path::leases(leases);
+    let position = leases.iter().position(|l| l == mine);
+    let position = position.ok_or(zk::Error::NoNode)?;
+    Ok(position < count as usize)
+}
+
+/// The contenders of other kinds for the lock whose node is `dir`, and its leases.
+pub(super) async fn contenders_and_leases(
+    session: &Session,
+    dir: &str,
+) -> Result<(Vec<Contender>, Vec<String>), zk::Error> {
+    let [children, leases] = list_both(session, dir, &format!("{dir}/{LEASES}")).await?;
+    let or_none = |list: Result<Vec<String>, zk::Error>| match list {
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        list => list,
+    };
+    Ok((path::contenders(or_none(children)?), or_none(leases)?))
+}
+
+/// Stores `permits` as the count of the semaphore whose node is `dir` if none is, and
+/// checks it against the stored one otherwise.
+async fn keep_count(
+    session: &Session,
+    dir: &str,
+    key: &LockKey,
+    permits: u32,
+) -> Result<(), LockError> {
+    let failed = |e| failed(key, "keep its count", e);
+    let data = permits.to_string();
+    loop {
+        match session.retry(|| session.client.get_data(dir)).await {
+            Ok((stored, stat)) => match parse_count(&stored) {
+                Some(stored) if stored == permits => return Ok(()),
+                Some(stored) => return Err(LockError::miscounted(key, stored, permits)),
+                None => {
+                    let set = session
+                        .retry(|| {
+                            session
+                                .client
+                                .set_data(dir, data.as_bytes(), Some(stat.version))
+                        })
+                        .await;
+                    match set {
+                        Ok(_) => return Ok(()),
+                        Err(zk::Error::BadVersion | zk::Error::NoNode) => {}
+                        Err(e) => return Err(failed(e)),
+                    }
+                }
+            },
+            Err(zk::Error::NoNode) => create_lock_node(session, dir, &data)
+                .await
+                .map_err(failed)?,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+}
+
+/// Creates the lock's node `dir` with `data`, and its parents if they are missing;
+/// nothing if another made it first.
+async fn create_lock_node(session: &Session, dir: &str, data: &str) -> Result<(), zk::Error> {
+    loop {
+        let created = session
+            .retry(|| session.client.create(dir, data.as_bytes(), &PARENT))
+            .await;
+        match created {
+            Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+            Err(zk::Error::NoNode) => {
+                let parent = dir.rsplit_once('/').map_or("/", |(parent, _)| parent);
+                session
+                    .retry(|| session.client.mkdir(parent, &PARENT))
+                    .await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The count stored as the data of the lock's node `dir`, if any.
+pub(super) async fn stored_count(session: &Session, dir: &str) -> Result<Option<u32>, zk::Error> {
+    match session.retry(|| session.client.get_data(dir)).await {
+        Ok((data, _)) => Ok(parse_count(&data)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A count as stored: its decimal digits.
+fn parse_count(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data).ok()?.parse().ok()
+}

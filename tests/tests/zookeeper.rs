@@ -1,0 +1,373 @@
+//! The ZooKeeper store against what only ZooKeeper has: Curator clients sharing its locks,
+//! sessions that outlive a cut connection or end with a paused server, containers the
+//! server reaps. What every store does is the conformance suite's.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::ZooKeeperStore;
+use lock_core::{LockKind, LockOptions, Locker};
+use lock_tests::{
+    CuratorLock, CuratorPeer, TcpProxy, ZooKeeperEnsemble, ZooKeeperServer, wait_until,
+};
+use tokio::time::{Instant, sleep, timeout};
+
+/// A session timeout short enough for a test to outlast.
+const SESSION: Duration = Duration::from_secs(2);
+/// Deadline of a Curator run: JVM start, connect, and every iteration.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+const ITERATIONS: u32 = 40;
+/// How long the container reaper may take to delete 12,500 containers.
+const REAPED: Duration = Duration::from_secs(180);
+
+async fn locker(connect: &str, session_timeout: Duration) -> Locker {
+    let store = ZooKeeperStore::builder(connect)
+        .session_timeout(session_timeout)
+        .build()
+        .await
+        .expect("connect to the test zookeeper server");
+    Locker::builder()
+        .store(Arc::new(store))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn read_counter(path: &Path) -> u64 {
+    fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+/// Takes the lock `key` as `kind` `ITERATIONS` times, as the Curator peers do theirs: a
+/// writer adds 1 to the counter file; a reader checks that it does not change under it.
+async fn count_under(locker: Locker, key: &str, kind: LockKind, counter: &Path) {
+    let wait = LockOptions::new().kind(kind).wait(Duration::from_secs(60));
+    for _ in 0..ITERATIONS {
+        let guard = locker.lock_with(key, wait).await.unwrap();
+        let value = read_counter(counter);
+        sleep(Duration::from_millis(1)).await;
+        if kind == LockKind::Read {
+            assert_eq!(read_counter(counter), value, "written under a read lock");
+        } else {
+            fs::write(counter, (value + 1).to_string()).unwrap();
+        }
+        guard.release().await.unwrap();
+    }
+}
+
+/// Curator processes and lock-core `Locker`s (each a session of its own) add to one
+/// counter under one lock, `/locks/shared` (readers check that it does not change under
+/// them): none is lost, so no two writers ever held it at once.
+async fn curator_shares(curator: CuratorLock, ours: LockKind) {
+    let server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let counter = peer.dir().join("counter");
+    fs::write(&counter, "0").unwrap();
+    let connect = server.connect_string();
+    let run = peer.spawn(3, &connect, "/locks/shared", curator, &counter, ITERATIONS);
+    let mut ours_tasks = Vec::new();
+    for _ in 0..3 {
+        let locker = locker(&connect, Duration::from_secs(10)).await;
+        let counter = counter.clone();
+        ours_tasks.push(tokio::spawn(async move {
+            count_under(locker, "shared", ours, &counter).await;
+        }));
+    }
+    for task in ours_tasks {
+        task.await.unwrap();
+    }
+    tokio::task::spawn_blocking(move || run.wait(RUN_TIMEOUT))
+        .await
+        .unwrap()
+        .expect("the Curator peers failed");
+    let writers = 3 * (u64::from(curator != CuratorLock::Read) + u64::from(ours != LockKind::Read));
+    let updates = writers * u64::from(ITERATIONS);
+    assert_eq!(read_counter(&counter), updates, "an update was lost");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_mutexes_and_ours_exclude_each_other() {
+    curator_shares(CuratorLock::Mutex, LockKind::Exclusive).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_write_locks_and_ours_exclude_each_other() {
+    curator_shares(CuratorLock::Write, LockKind::Write).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_read_locks_and_our_write_locks_exclude_each_other() {
+    curator_shares(CuratorLock::Read, LockKind::Write).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_write_locks_and_our_read_locks_exclude_each_other() {
+    curator_shares(CuratorLock::Write, LockKind::Read).await;
+}
+
+/// A chroot in the connect string that does not exist yet is created, as Curator creates
+/// its namespace, and the locks live under it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chroot_is_created_and_holds_the_locks() {
+    let server = ZooKeeperServer::spawn();
+    let locker = locker(&format!("{}/app/one", server.connect_string()), SESSION).await;
+    let guard = locker.lock("a/b").await.unwrap();
+    let listed = server.cli(&["ls", "/app/one/locks/a%2Fb"]).unwrap();
+    assert!(listed.contains("-lock-"), "{listed}");
+    guard.release().await.unwrap();
+}
+
+/// A base path whose parent only a `digest` user may write to: a store without the
+/// credentials cannot lock there, one with them can.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_digest_user_locks_where_its_acl_allows() {
+    // base64(sha1("billing:s3cret")), as ZooKeeper's DigestAuthenticationProvider stores it
+    const DIGEST: &str = "huqOekxEaTIxelU/Ym4wPlZrjpU=";
+    let server = ZooKeeperServer::spawn();
+    let acl = format!("digest:billing:{DIGEST}:cdrwa");
+    server.cli(&["create", "/billing", "", &acl]).unwrap();
+    let store = |auth: Option<&str>| {
+        let builder = ZooKeeperStore::builder(&server.connect_string()).base_path("/billing/locks");
+        let builder = match auth {
+            Some(password) => builder.digest_auth("billing", password),
+            None => builder,
+        };
+        async move {
+            let store = builder.build().await.unwrap();
+            Locker::builder()
+                .store(Arc::new(store))
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    for refused in [store(None).await, store(Some("guess")).await] {
+        let err = refused.lock("job").await.unwrap_err();
+        let cause = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("not authorized"), "{err}");
+    }
+    let guard = store(Some("s3cret")).await.lock("job").await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// A semaphore forced open loses its permits' holders, and its waiter, which keeps its
+/// lease, takes the freed permit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_forced_open_lets_its_waiter_in() {
+    let server = ZooKeeperServer::spawn();
+    let (holder, waiting) = (
+        locker(&server.connect_string(), SESSION).await,
+        locker(&server.connect_string(), SESSION).await,
+    );
+    let permit = holder.semaphore("pool", 1).acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(Duration::from_secs(20));
+        waiting.semaphore("pool", 1).acquire_with(wait).await
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    let info = holder
+        .inspect("pool")
+        .await
+        .unwrap()
+        .expect("a permit is out");
+    assert_eq!((info.holders.len(), info.waiting), (1, Some(1)), "{info:?}");
+    assert!(holder.force_unlock("pool").await.unwrap());
+    timeout(Duration::from_secs(2), permit.lost())
+        .await
+        .expect("the holder never learnt of it");
+    let next = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was not let in")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > permit.fencing_token());
+    next.release().await.unwrap();
+}
+
+/// A server paused past the session timeout: the client declares the session lost
+/// itself, every hold on it reports `lost()`, and once the server is back the same
+/// `Locker` opens a new session and locks again, with a larger fencing token; a waiter
+/// whose session was lost while it waited asks again on a new one, and gets the lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_paused_past_the_session_timeout_loses_every_hold() {
+    let server = ZooKeeperServer::spawn();
+    let (locker, other) = (
+        locker(&server.connect_string(), SESSION).await,
+        locker(&server.connect_string(), SESSION).await,
+    );
+    let guard = locker.lock("paused").await.unwrap();
+    let read = locker.read("paused:shared").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(Duration::from_secs(30));
+        other.lock_with("paused", wait).await
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    server.pause();
+    let paused = Instant::now();
+    timeout(2 * SESSION + Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the hold outlived its session");
+    timeout(Duration::from_secs(1), read.lost())
+        .await
+        .expect("the read outlived its session");
+    eprintln!("lost {:?} after the pause", paused.elapsed());
+    server.resume();
+    let waited = waiter
+        .await
+        .unwrap()
+        .expect("the waiter whose session was lost got the lock");
+    let waited_token = waited.fencing_token();
+    assert!(waited_token > guard.fencing_token());
+    waited.release().await.unwrap();
+    let next = locker
+        .lock_with("paused", LockOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .expect("a Locker whose session was lost locks again");
+    assert!(next.fencing_token() > waited_token);
+    next.release().await.unwrap();
+}
+
+/// On a 3-node ensemble, the leader is killed while locks are held and asked for: work
+/// goes on after the election, no two holders ever overlap (a lost-update counter), and
+/// each lock's fencing tokens keep rising.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_goes_on_when_the_leader_is_killed() {
+    const WORKERS: usize = 4;
+    const KEYS: usize = 2;
+    let mut ensemble = ZooKeeperEnsemble::spawn();
+    let connect = ensemble.connect_string();
+    let counters: Arc<Vec<std::sync::Mutex<(u64, u64)>>> =
+        Arc::new((0..KEYS).map(|_| std::sync::Mutex::default()).collect());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..WORKERS {
+        let locker = locker(&connect, Duration::from_secs(10)).await;
+        let (counters, stop) = (counters.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let key = (i + done as usize) % KEYS;
+                let wait = LockOptions::new().wait(Duration::from_secs(30));
+                let guard = locker
+                    .lock_with(&format!("work:{key}"), wait)
+                    .await
+                    .unwrap();
+                let (value, token) = *counters[key].lock().unwrap();
+                assert!(
+                    guard.fencing_token() > token,
+                    "a fencing token did not rise"
+                );
+                sleep(Duration::from_millis(2)).await;
+                *counters[key].lock().unwrap() = (value + 1, guard.fencing_token());
+                guard.release().await.unwrap();
+                done += 1;
+            }
+            done
+        }));
+    }
+    sleep(Duration::from_secs(1)).await;
+    let total = |counters: &[std::sync::Mutex<(u64, u64)>]| -> u64 {
+        counters.iter().map(|c| c.lock().unwrap().0).sum()
+    };
+    let before = total(&counters);
+    let leader = ensemble.leader();
+    ensemble.kill(leader);
+    eprintln!("killed node {leader} after {before} updates");
+    let moving = Instant::now();
+    while total(&counters) < before + 50 {
+        assert!(
+            moving.elapsed() < Duration::from_secs(30),
+            "work stopped after the election"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("50 more updates {:?} after the kill", moving.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut done = 0;
+    for worker in workers {
+        done += worker.await.unwrap();
+    }
+    assert_eq!(total(&counters), done, "an update was lost");
+}
+
+/// A connection cut and opened again within the session timeout loses nothing: the hold
+/// stays its owner's, another `Locker` still cannot take it, and a waiter on the cut
+/// connection is still woken by its watch, which the server set again on the reconnect.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
+    let server = ZooKeeperServer::spawn();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let through_proxy = locker(&proxy.addr().to_string(), SESSION).await;
+    let other = locker(&server.connect_string(), SESSION).await;
+    let guard = through_proxy.lock("cut").await.unwrap();
+    let blocking = other.lock("cut:waited").await.unwrap();
+    let waiter = tokio::spawn({
+        let through_proxy = through_proxy.clone();
+        async move {
+            let wait = LockOptions::new().wait(Duration::from_secs(20));
+            through_proxy.lock_with("cut:waited", wait).await
+        }
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    assert!(proxy.cut() >= 1, "no connection to cut");
+    assert!(guard.is_held().await.unwrap(), "held while reconnecting");
+    sleep(SESSION * 2).await;
+    assert!(!guard.is_lost(), "a short cut lost the hold");
+    assert!(guard.is_held().await.unwrap());
+    assert!(other.try_lock("cut").await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(other.try_lock("cut").await.unwrap().is_some());
+
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    blocking.release().await.unwrap();
+    let woken = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter's watch did not survive the cut")
+        .unwrap()
+        .unwrap();
+    woken.release().await.unwrap();
+}
+
+/// 10,000 distinct keys locked and released, by 8 tasks at once and every kind in turn,
+/// leave nothing behind: the server reaps the empty containers, and the znode count
+/// comes back to where it began. (The reaper deletes at most 10,000 containers a minute,
+/// ZooKeeper's default, and a semaphore leaves two.)
+#[tokio::test(flavor = "multi_thread")]
+async fn released_locks_leave_no_node_behind() {
+    const KEYS: usize = 10_000;
+    const TASKS: usize = 8;
+    let server = Arc::new(ZooKeeperServer::spawn());
+    let locker = locker(&server.connect_string(), SESSION).await;
+    let before = server.znode_count();
+    let kinds = [
+        LockKind::Exclusive,
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Semaphore { permits: 2 },
+    ];
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                for i in (task..KEYS).step_by(TASKS) {
+                    let kind = LockOptions::new().kind(kinds[i % kinds.len()]);
+                    let guard = locker.lock_with(&format!("key/{i}"), kind).await.unwrap();
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let released = Instant::now();
+    tokio::task::spawn_blocking(move || {
+        wait_until(REAPED, "the containers to be reaped", || {
+            server.znode_count() == before
+        })
+    })
+    .await
+    .unwrap();
+    eprintln!("reaped {:?} after the last release", released.elapsed());
+}
