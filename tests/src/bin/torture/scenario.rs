@@ -145,6 +145,8 @@ struct Injected {
     longest_stall: Option<Duration>,
     /// For RedLock: the writes accepted while a minority was paused.
     during_minority: Option<u64>,
+    /// For a paused holder: its pid.
+    paused_holder: Option<u32>,
 }
 
 /// Runs `scenario` and judges what the ledger shows.
@@ -201,6 +203,15 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
         row.violation(format!(
             "{leftover} locks still held a lease after the workers stopped"
         ));
+    }
+    if let Some(pid) = injected.paused_holder {
+        let refused = ledger::refused_writes_of(&ledger, pid).expect("read the ledger");
+        row.note(format!(
+            "{refused} writes of the paused holder refused by the fence"
+        ));
+        if refused == 0 {
+            row.violation("the fence refused no write of the paused holder".to_owned());
+        }
     }
     judge(
         &mut row,
@@ -332,10 +343,13 @@ fn inject(
             }
         }
         Fault::HolderPaused => {
-            workers.signal_first("STOP");
+            let pid = workers.signal_first("STOP");
             thread::sleep(two_leases);
             workers.signal_first("CONT");
-            once
+            Injected {
+                paused_holder: Some(pid),
+                ..once
+            }
         }
         Fault::ConnectionsCut => {
             let Store::Proxied(_, proxy) = store else {
@@ -515,15 +529,17 @@ impl Workers {
         child.id()
     }
 
-    fn signal_first(&self, signal: &str) {
-        let pid = self.children[0].id().to_string();
+    /// Sends `SIG{signal}` to the first worker and returns its pid.
+    fn signal_first(&self, signal: &str) -> u32 {
+        let pid = self.children[0].id();
         let status = Command::new("kill")
-            .args([format!("-{signal}"), pid])
+            .args([format!("-{signal}"), pid.to_string()])
             .status();
         assert!(
             status.is_ok_and(|s| s.success()),
             "could not send SIG{signal} to the first worker"
         );
+        pid
     }
 
     /// Tells every worker to stop and waits for it; returns what went wrong with any.
