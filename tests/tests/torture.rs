@@ -114,6 +114,29 @@ fn redlock_paused() {
     torture("redlock-paused");
 }
 
+#[test]
+fn zookeeper_server_paused() {
+    torture("zookeeper-server-paused");
+}
+
+#[test]
+fn zookeeper_leader_killed() {
+    torture("zookeeper-leader-killed");
+}
+
+#[test]
+fn zookeeper_holder_killed() {
+    torture("zookeeper-holder-killed");
+}
+
+/// A holder process paused past the session timeout loses its node to the server, the
+/// next holder goes, and the paused holder's fenced write is refused.
+#[test]
+fn zookeeper_holder_paused() {
+    let report = torture("zookeeper-holder-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_tested() {
@@ -134,6 +157,10 @@ fn every_scenario_is_tested() {
         "cluster-master-killed",
         "sentinel-failover",
         "redlock-paused",
+        "zookeeper-server-paused",
+        "zookeeper-leader-killed",
+        "zookeeper-holder-killed",
+        "zookeeper-holder-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }

@@ -80,7 +80,7 @@ fn granted(key: &str) -> String {
 pub(crate) enum Event {
     /// A critical section ran to its end.
     Section,
-    /// A lease was lost: the section was cancelled.
+    /// A hold was lost (its lease, or its session): the section was cancelled.
     Lost,
     /// A release found the lock no longer its own.
     ReleaseFoundItGone,
