@@ -344,8 +344,8 @@ fn judge(
     }
 }
 
-/// Injects the scenario's fault and returns once it is over (the store running again); a fault that
-/// repeats does so for `span`.
+/// Injects the scenario's fault and returns once it is over (the store running again);
+/// a fault that repeats does so for `span`.
 fn inject(
     scenario: &Scenario,
     store: &mut Store,

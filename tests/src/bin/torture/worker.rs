@@ -233,8 +233,8 @@ impl Task {
 }
 
 /// One critical section: enter, read the counter, yield, write it plus one, leave; the
-/// read and the write each through the fence. Dropped half-way (the hold was lost), it still leaves, in the
-/// background.
+/// read and the write each through the fence. Dropped half-way (the hold was lost), it
+/// still leaves, in the background.
 struct Section<'a> {
     ledger: &'a Ledger,
     key: &'a str,
