@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 /// Far more than the slowest scenario takes (a Sentinel failover, about 20 s).
 const DEADLINE: Duration = Duration::from_secs(180);
 
-fn torture(scenario: &str) {
+/// Runs `torture --short --only scenario` and returns its report.
+fn torture(scenario: &str) -> String {
     let mut run = Command::new(env!("CARGO_BIN_EXE_torture"))
         .args(["--short", "--only", scenario])
         .stdout(Stdio::piped())
@@ -42,10 +43,24 @@ fn torture(scenario: &str) {
     let out = read_out.join().unwrap().unwrap_or_default();
     let err = read_err.join().unwrap().unwrap_or_default();
     match status {
-        Some(status) if status.success() => println!("{out}"),
+        Some(status) if status.success() => {
+            println!("{out}");
+            out
+        }
         Some(status) => panic!("torture {scenario} failed ({status}):\n{out}\n{err}"),
         None => panic!("torture {scenario} ran past {DEADLINE:?}:\n{out}\n{err}"),
     }
+}
+
+/// How many late writes of the paused holder the ledger's fence refused, from the note
+/// "N writes of the paused holder refused by the fence" in the report.
+fn paused_holder_refused(report: &str) -> u64 {
+    report
+        .lines()
+        .flat_map(|line| line.trim_end_matches('.').split("; "))
+        .find_map(|note| note.strip_suffix(" writes of the paused holder refused by the fence"))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no refused writes of the paused holder in:\n{report}"))
 }
 
 #[test]
@@ -70,7 +85,8 @@ fn holder_killed() {
 
 #[test]
 fn holder_paused() {
-    torture("holder-paused");
+    let report = torture("holder-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
 }
 
 #[test]
@@ -98,6 +114,29 @@ fn redlock_paused() {
     torture("redlock-paused");
 }
 
+#[test]
+fn zookeeper_server_paused() {
+    torture("zookeeper-server-paused");
+}
+
+#[test]
+fn zookeeper_leader_killed() {
+    torture("zookeeper-leader-killed");
+}
+
+#[test]
+fn zookeeper_holder_killed() {
+    torture("zookeeper-holder-killed");
+}
+
+/// A holder process paused past the session timeout loses its node to the server, the
+/// next holder goes, and the paused holder's fenced write is refused.
+#[test]
+fn zookeeper_holder_paused() {
+    let report = torture("zookeeper-holder-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_tested() {
@@ -118,6 +157,10 @@ fn every_scenario_is_tested() {
         "cluster-master-killed",
         "sentinel-failover",
         "redlock-paused",
+        "zookeeper-server-paused",
+        "zookeeper-leader-killed",
+        "zookeeper-holder-killed",
+        "zookeeper-holder-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }

@@ -5,7 +5,8 @@
 //! Per key `K`, the hash `torture:K` has the fields `value`, `newest_token`, `accepted`,
 //! `refused` (writes), `refused_reads`, `overlaps` and `granted_twice`; the set `torture:K:inside` holds
 //! `"{pid}:{token}"` for each section running now, and `torture:K:granted` every token a
-//! section ever ran under. The hash `torture:stats` counts the workers' events.
+//! section ever ran under. The hash `torture:stats` counts the workers' events, and
+//! `torture:refused_writers` each process's refused writes, by pid.
 
 use lock_tests::{HarnessError, RedisServer, ValueExt};
 use redis::aio::MultiplexedConnection;
@@ -47,16 +48,20 @@ return tonumber(redis.call('HGET', KEYS[1], 'value') or '0')
 ";
 
 /// The fenced write: sets the counter, unless the token is stale. Returns 1 if it was
-/// accepted, 0 if refused.
-/// KEYS: the hash; ARGV: the token, the new value.
+/// accepted, 0 if refused (counted for the writer's process too).
+/// KEYS: the hash, `torture:refused_writers`; ARGV: the token, the new value, the pid.
 const WRITE: &str = r"
-if not fence(KEYS[1], ARGV[1], 'refused') then return 0 end
+if not fence(KEYS[1], ARGV[1], 'refused') then
+  redis.call('HINCRBY', KEYS[2], ARGV[3], 1)
+  return 0
+end
 redis.call('HSET', KEYS[1], 'value', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'accepted', 1)
 return 1
 ";
 
 const STATS: &str = "torture:stats";
+const REFUSED_WRITERS: &str = "torture:refused_writers";
 
 fn hash(key: &str) -> String {
     format!("torture:{key}")
@@ -75,7 +80,7 @@ fn granted(key: &str) -> String {
 pub(crate) enum Event {
     /// A critical section ran to its end.
     Section,
-    /// A lease was lost: the section was cancelled.
+    /// A hold was lost (its lease, or its session): the section was cancelled.
     Lost,
     /// A release found the lock no longer its own.
     ReleaseFoundItGone,
@@ -155,8 +160,10 @@ impl Ledger {
         let _accepted: i64 = self
             .write
             .key(hash(key))
+            .key(REFUSED_WRITERS)
             .arg(token.to_string())
             .arg(value)
+            .arg(self.pid)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
@@ -206,6 +213,11 @@ impl KeyTally {
 /// How many times workers counted `event`.
 pub(crate) fn events(ledger: &RedisServer, event: Event) -> Result<u64, HarnessError> {
     count(ledger, STATS, event.field())
+}
+
+/// How many writes of the process `pid` the fence refused, over every key.
+pub(crate) fn refused_writes_of(ledger: &RedisServer, pid: u32) -> Result<u64, HarnessError> {
+    count(ledger, REFUSED_WRITERS, &pid.to_string())
 }
 
 /// The count in the field `field` of the hash `hash`: 0 if there is none.

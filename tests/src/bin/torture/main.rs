@@ -2,11 +2,19 @@
 //!
 //! `cargo run --release -p lock-tests --bin torture` runs every scenario: K worker
 //! processes of M tasks each take locks on a handful of keys from a real store (one
-//! Redis, a proxied one, a Cluster, Sentinel or RedLock), while this process injects the
-//! scenario's fault. In each critical section a task reads a counter kept in a separate
-//! Redis that is never faulted (the ledger), yields, and writes the counter plus one
-//! through a fenced check-and-set that refuses a token older than the last one accepted.
-//! The ledger also counts who is inside, so overlaps show.
+//! Redis, a proxied one, a Cluster, Sentinel or RedLock; one ZooKeeper server or a 3-node
+//! ensemble), while this process injects the scenario's fault. In each critical section a
+//! task reads a counter kept in a separate Redis that is never faulted (the ledger),
+//! yields, and writes the counter plus one through a fenced check-and-set that refuses a
+//! token older than the last one accepted. The ledger also counts who is inside, so
+//! overlaps show.
+//!
+//! On Redis a hold lasts as long as its lease (1 s), on ZooKeeper as long as its session
+//! (2 s timeout): the faults and the slow holder's sections are measured in that
+//! lifetime. The ZooKeeper scenarios pause the server past the session timeout, kill a
+//! holder process (its locks free when the server expires its session) or pause one past
+//! the timeout (its session expires, the next holder goes, and the fence refuses the
+//! paused holder's late writes), and kill the leader of a 3-node ensemble.
 //!
 //! Afterwards it checks each key: no lost update (the counter equals the writes
 //! accepted), no token granted twice, and whatever the scenario's expected outcome adds;

@@ -3,12 +3,16 @@
 use std::time::Duration;
 
 use crate::scenario::{ALL, Scenario};
+use crate::store::Deployment;
 
 pub(crate) const USAGE: &str = "\
 usage: torture [--short] [--only NAME[,NAME...]] [--processes K] [--tasks M] [--keys N]
        torture --list
 
 Runs each scenario (all unless --only) and prints a table; exits with 1 if a check failed.
+The scenarios run on Redis (one server, one behind a proxy, a Cluster, Sentinel, RedLock),
+with 1 s leases, and on ZooKeeper (one server, a 3-node ensemble: the zookeeper-* ones),
+with 2 s sessions.
 
   --short        the ordinary test suite's version: fewer processes and seconds
   --only NAMES   the scenarios to run, by name (see the table)
@@ -31,8 +35,11 @@ pub(crate) struct Options {
     pub(crate) processes: usize,
     pub(crate) tasks: usize,
     pub(crate) keys: usize,
-    /// The lease of every lock, renewed by the watchdog.
+    /// The lease of every lock on Redis, renewed by the watchdog.
     pub(crate) lease: Duration,
+    /// The session timeout of every worker on ZooKeeper, where a hold lasts as long as
+    /// its session.
+    pub(crate) session_timeout: Duration,
     /// How long the workers run before the fault.
     pub(crate) before: Duration,
     /// How long they run once the fault is over.
@@ -55,6 +62,9 @@ impl Options {
             tasks,
             keys,
             lease: Duration::from_secs(1),
+            // Short, so that the scenarios are quick, yet twice the shortest the harness's
+            // servers allow (2 ticks of 500 ms), so that a busy machine ends none by chance.
+            session_timeout: Duration::from_secs(2),
             before,
             after,
             only: Vec::new(),
@@ -88,6 +98,17 @@ impl Options {
     pub(crate) fn scenarios(&self) -> impl Iterator<Item = &'static Scenario> + '_ {
         ALL.iter()
             .filter(|s| self.only.is_empty() || self.only.iter().any(|n| n == s.name))
+    }
+
+    /// How long a hold on `deployment` outlives a holder that went silent: the lease on
+    /// Redis, the session timeout on ZooKeeper. The scenarios' faults and slow sections
+    /// are measured in it.
+    pub(crate) fn lifetime(&self, deployment: Deployment) -> Duration {
+        if deployment.has_sessions() {
+            self.session_timeout
+        } else {
+            self.lease
+        }
     }
 
     /// The command that reproduces this run, for the report.

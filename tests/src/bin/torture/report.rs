@@ -80,16 +80,18 @@ impl Row {
 /// Prints the table as Markdown, then each scenario's expected outcome and notes.
 pub(crate) fn print(options: &Options, rows: &[Row]) {
     println!(
-        "{} worker processes x {} tasks over {} keys, lease {} ms: `{}`",
+        "{} worker processes x {} tasks over {} keys, lease {} ms (ZooKeeper: session \
+         timeout {} ms): `{}`",
         options.processes,
         options.tasks,
         options.keys,
         options.lease.as_millis(),
+        options.session_timeout.as_millis(),
         options.command()
     );
     println!();
     println!(
-        "| scenario | store | duration | critical sections | faults injected | leases lost | overlaps | stale writes refused | lost updates | result |"
+        "| scenario | store | duration | critical sections | faults injected | holds lost | overlaps | stale writes refused | lost updates | result |"
     );
     println!("|---|---|--:|--:|--:|--:|--:|--:|--:|---|");
     for row in rows {

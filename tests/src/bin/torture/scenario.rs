@@ -20,7 +20,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const CUT_EVERY: Duration = Duration::from_millis(300);
 /// How often the ledger is sampled while a dead holder's locks are waited for.
 const SAMPLE_EVERY: Duration = Duration::from_millis(10);
-/// How much later than its lease a dead holder's lock may free, for scheduling.
+/// How much later than its lifetime (and the store's expiry delay) a dead holder's lock
+/// may free, for scheduling.
 const FREE_SLACK: Duration = Duration::from_millis(500);
 
 /// What the main process does to the store or to a worker, while the workers run.
@@ -28,13 +29,13 @@ const FREE_SLACK: Duration = Duration::from_millis(500);
 pub(crate) enum Fault {
     /// Nothing.
     None,
-    /// The store frozen (SIGSTOP) for two leases while locks are held, then resumed.
+    /// The store frozen (SIGSTOP) for two lifetimes while locks are held, then resumed.
     StorePaused,
     /// The store killed and started again, empty.
     StoreRestarted,
     /// A worker process killed (SIGKILL) while it holds locks.
     HolderKilled,
-    /// A worker process frozen (SIGSTOP) for two leases, then resumed.
+    /// A worker process frozen (SIGSTOP) for two lifetimes, then resumed.
     HolderPaused,
     /// Every connection through the proxy cut, again and again, mid-command.
     ConnectionsCut,
@@ -46,6 +47,8 @@ pub(crate) enum Fault {
     Failover,
     /// Two of five RedLock masters paused (a minority), resumed; then three (a majority).
     MinorityThenMajorityPaused,
+    /// The leader of a ZooKeeper ensemble killed; the two others elect a new one.
+    LeaderKilled,
 }
 
 /// A deployment, a fault and what must hold afterwards.
@@ -135,6 +138,37 @@ pub(crate) const ALL: &[Scenario] = &[
         sections: Sections::OneSlowHolder,
         expected: "progress with a minority paused; leases lost with a majority paused",
     },
+    Scenario {
+        name: "zookeeper-server-paused",
+        deployment: Deployment::ZooKeeper,
+        fault: Fault::StorePaused,
+        sections: Sections::OneSlowHolder,
+        expected: "holders see their sessions lost; stale writes refused; locks served again \
+                   on new sessions without restarting a worker",
+    },
+    Scenario {
+        name: "zookeeper-leader-killed",
+        deployment: Deployment::ZooKeeperEnsemble,
+        fault: Fault::LeaderKilled,
+        sections: Sections::Short,
+        expected: "locks served again once the two others elect a leader",
+    },
+    Scenario {
+        name: "zookeeper-holder-killed",
+        deployment: Deployment::ZooKeeper,
+        fault: Fault::HolderKilled,
+        // The killed process is surely holding a lock: the slow holder's.
+        sections: Sections::OneSlowHolder,
+        expected: "its locks free when the server expires its session, not later",
+    },
+    Scenario {
+        name: "zookeeper-holder-paused",
+        deployment: Deployment::ZooKeeper,
+        fault: Fault::HolderPaused,
+        sections: Sections::OneSlowHolder,
+        expected: "the server expires its session and the next holder goes; its writes \
+                   refused once it resumes; its release frees nothing of others'",
+    },
 ];
 
 /// What the fault did, for the checks.
@@ -145,11 +179,14 @@ struct Injected {
     longest_stall: Option<Duration>,
     /// For RedLock: the writes accepted while a minority was paused.
     during_minority: Option<u64>,
+    /// For a paused holder: its pid.
+    paused_holder: Option<u32>,
 }
 
 /// Runs `scenario` and judges what the ledger shows.
 pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
     let started = Instant::now();
+    let lifetime = options.lifetime(scenario.deployment);
     let ledger = RedisServer::spawn();
     let mut store = Store::spawn(scenario.deployment);
     let keys: Vec<String> = (0..options.keys).map(|i| format!("account:{i}")).collect();
@@ -158,23 +195,24 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
     thread::sleep(options.before);
     if scenario.sections == Sections::OneSlowHolder {
         // The fault comes early in a slow section (once the holder is back in), so that
-        // the section outlasts the lease.
-        await_new_section(&ledger, &keys[0], options.lease * 4);
-        thread::sleep(options.lease / 4);
+        // the section outlasts the hold.
+        await_new_section(&ledger, &keys[0], lifetime * 4);
+        thread::sleep(lifetime / 4);
     }
     let injected = inject(
-        scenario.fault,
+        scenario,
         &mut store,
         &mut workers,
         &ledger,
         &keys,
-        options,
+        options.after,
+        lifetime,
     );
     let before_after = ledger::accepted(&ledger, &keys).expect("read the ledger");
     thread::sleep(options.after);
     let subscribed = subscribers(&mut store);
     let failed_workers = workers.stop();
-    let leftover = leftover_locks(&mut store, options.lease);
+    let leftover = leftover_locks(&mut store, lifetime);
 
     let mut row = Row::new(scenario, started.elapsed(), injected.faults);
     for key in &keys {
@@ -202,10 +240,19 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
             "{leftover} locks still held a lease after the workers stopped"
         ));
     }
+    if let Some(pid) = injected.paused_holder {
+        let refused = ledger::refused_writes_of(&ledger, pid).expect("read the ledger");
+        row.note(format!(
+            "{refused} writes of the paused holder refused by the fence"
+        ));
+        if refused == 0 {
+            row.violation("the fence refused no write of the paused holder".to_owned());
+        }
+    }
     judge(
         &mut row,
         scenario,
-        options,
+        lifetime,
         &injected,
         after,
         failed_workers,
@@ -217,7 +264,7 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
 fn judge(
     row: &mut Row,
     scenario: &Scenario,
-    options: &Options,
+    lifetime: Duration,
     injected: &Injected,
     after: u64,
     failed_workers: Vec<String>,
@@ -248,12 +295,12 @@ fn judge(
     if row.refused_reads > 0 {
         row.note(format!("{} stale reads refused", row.refused_reads));
     }
-    let leases_run_out = matches!(
+    let holds_run_out = matches!(
         scenario.fault,
         Fault::StorePaused | Fault::MinorityThenMajorityPaused
     );
-    if leases_run_out && row.losses == 0 {
-        row.violation("no holder saw its lease lost".to_owned());
+    if holds_run_out && row.losses == 0 {
+        row.violation("no holder saw its hold lost".to_owned());
     }
     let slow_holder_overtaken = matches!(
         scenario.fault,
@@ -273,17 +320,18 @@ fn judge(
     }
     if let Some(stall) = injected.longest_stall {
         row.note(format!("locks freed within {} ms", stall.as_millis()));
-        if stall > options.lease + FREE_SLACK {
+        if stall > freed_within(scenario.deployment, lifetime) {
             row.violation(format!(
-                "a key went {} ms without a write, more than a lease",
+                "a key went {} ms without a write, more than a lifetime",
                 stall.as_millis()
             ));
         }
-        // The killed holder's key waits out what was left of its lease, renewed a third
-        // of a lease before at the latest.
-        if stall < options.lease / 2 {
+        // The killed holder's key waits out what was left of its hold: its lease,
+        // renewed a third of a lease before at the latest, or its session, which the
+        // client keeps alive as often.
+        if stall < lifetime / 2 {
             row.violation(format!(
-                "no key waited for a lease to run out ({} ms): the killed process held no lock",
+                "no key waited for a hold to run out ({} ms): the killed process held no lock",
                 stall.as_millis()
             ));
         }
@@ -296,27 +344,28 @@ fn judge(
     }
 }
 
-/// Injects `fault` and returns once it is over (the store running again).
+/// Injects the scenario's fault and returns once it is over (the store running again);
+/// a fault that repeats does so for `span`.
 fn inject(
-    fault: Fault,
+    scenario: &Scenario,
     store: &mut Store,
     workers: &mut Workers,
     ledger: &RedisServer,
     keys: &[String],
-    options: &Options,
+    span: Duration,
+    lifetime: Duration,
 ) -> Injected {
-    let two_leases = options.lease * 2;
+    let two_lifetimes = lifetime * 2;
     let once = Injected {
         faults: 1,
         ..Injected::default()
     };
-    match fault {
+    match scenario.fault {
         Fault::None => Injected::default(),
         Fault::StorePaused => {
-            let server = store.server();
-            server.pause();
-            thread::sleep(two_leases);
-            server.resume();
+            store.pause();
+            thread::sleep(two_lifetimes);
+            store.resume();
             once
         }
         Fault::StoreRestarted => {
@@ -327,25 +376,32 @@ fn inject(
             let pid = workers.kill_first();
             ledger::forget_process(ledger, keys, pid).expect("clear the dead process");
             Injected {
-                longest_stall: Some(longest_stall(ledger, keys, options.lease + FREE_SLACK * 2)),
+                longest_stall: Some(longest_stall(
+                    ledger,
+                    keys,
+                    freed_within(scenario.deployment, lifetime) + FREE_SLACK,
+                )),
                 ..once
             }
         }
         Fault::HolderPaused => {
-            workers.signal_first("STOP");
-            thread::sleep(two_leases);
+            let pid = workers.signal_first("STOP");
+            thread::sleep(two_lifetimes);
             workers.signal_first("CONT");
-            once
+            Injected {
+                paused_holder: Some(pid),
+                ..once
+            }
         }
         Fault::ConnectionsCut => {
             let Store::Proxied(_, proxy) = store else {
                 panic!("connections are cut through the proxy");
             };
-            repeat(options.after, || proxy.cut() > 0)
+            repeat(span, || proxy.cut() > 0)
         }
         Fault::PubSubDropped => {
             let server = store.server();
-            repeat(options.after, || {
+            repeat(span, || {
                 let killed = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
                 killed.is_ok_and(|k| k.as_int().is_some_and(|n| n > 0))
             })
@@ -369,19 +425,33 @@ fn inject(
                 panic!("RedLock masters are paused");
             };
             let before = ledger::accepted(ledger, keys).expect("read the ledger");
-            pause_for(&masters[..2], two_leases);
+            pause_for(&masters[..2], two_lifetimes);
             let during = ledger::accepted(ledger, keys).expect("read the ledger") - before;
-            pause_for(&masters[..3], two_leases);
+            pause_for(&masters[..3], two_lifetimes);
             Injected {
                 faults: 2,
                 during_minority: Some(during),
                 ..Injected::default()
             }
         }
+        Fault::LeaderKilled => {
+            let Store::ZooKeeperEnsemble(ensemble) = store else {
+                panic!("a leader is killed in a ZooKeeper ensemble");
+            };
+            let leader = ensemble.leader();
+            ensemble.kill(leader);
+            ensemble.wait_quorum();
+            once
+        }
     }
 }
 
-/// How many pub/sub connections a single-node store has.
+/// How long a dead holder's locks on `deployment` may stay held, at most.
+fn freed_within(deployment: Deployment, lifetime: Duration) -> Duration {
+    lifetime + deployment.expiry_delay() + FREE_SLACK
+}
+
+/// How many pub/sub connections a single-node Redis has.
 fn subscribers(store: &mut Store) -> Option<usize> {
     let Store::Single(server) = store else {
         return None;
@@ -390,7 +460,7 @@ fn subscribers(store: &mut Store) -> Option<usize> {
     Some(clients.as_str()?.lines().count())
 }
 
-/// How many locks a single-node store still holds a lease after everyone stopped: a lock
+/// How many locks a single-node Redis still holds a lease after everyone stopped: a lock
 /// key is `P{K}`, the only kind of key that ends with its hash tag.
 fn leftover_locks(store: &mut Store, lease: Duration) -> Option<usize> {
     let (Store::Single(server) | Store::Proxied(server, _)) = store else {
@@ -489,7 +559,7 @@ impl Workers {
                     ledger: ledger.to_owned(),
                     tasks: options.tasks,
                     keys: keys.to_vec(),
-                    lease: options.lease,
+                    lifetime: options.lifetime(scenario.deployment),
                     sections: scenario.sections,
                     index: i as u64,
                 };
@@ -515,15 +585,17 @@ impl Workers {
         child.id()
     }
 
-    fn signal_first(&self, signal: &str) {
-        let pid = self.children[0].id().to_string();
+    /// Sends `SIG{signal}` to the first worker and returns its pid.
+    fn signal_first(&self, signal: &str) -> u32 {
+        let pid = self.children[0].id();
         let status = Command::new("kill")
-            .args([format!("-{signal}"), pid])
+            .args([format!("-{signal}"), pid.to_string()])
             .status();
         assert!(
             status.is_ok_and(|s| s.success()),
             "could not send SIG{signal} to the first worker"
         );
+        pid
     }
 
     /// Tells every worker to stop and waits for it; returns what went wrong with any.

@@ -1,11 +1,16 @@
 //! The lock store of a scenario: the servers this process starts and faults, and the
 //! spec a worker connects with (`redis=URL`, `cluster=URL,...`, `sentinel=URL,...`,
-//! `redlock=URL,...`).
+//! `redlock=URL,...`, `zookeeper=HOST:PORT,...`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::ZooKeeperStore;
 use lock_core::{LockError, Locker};
-use lock_tests::{MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, TcpProxy};
+use lock_tests::{
+    MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, TcpProxy, ZooKeeperEnsemble,
+    ZooKeeperServer,
+};
 
 /// How many independent masters a RedLock scenario runs.
 pub(crate) const REDLOCK_MASTERS: usize = 5;
@@ -23,6 +28,10 @@ pub(crate) enum Deployment {
     Sentinel,
     /// Independent masters.
     RedLock,
+    /// One ZooKeeper server.
+    ZooKeeper,
+    /// A 3-node ZooKeeper ensemble.
+    ZooKeeperEnsemble,
 }
 
 impl Deployment {
@@ -33,7 +42,25 @@ impl Deployment {
             Deployment::Cluster => "cluster 3+3",
             Deployment::Sentinel => "sentinel",
             Deployment::RedLock => "redlock 5",
+            Deployment::ZooKeeper => "zookeeper",
+            Deployment::ZooKeeperEnsemble => "zookeeper 3",
         }
+    }
+
+    /// How much later than its lifetime the servers may free a silent holder's hold:
+    /// Redis expires a lease on time, ZooKeeper expires sessions in batches, once a tick
+    /// (500 ms on the harness's servers).
+    pub(crate) fn expiry_delay(self) -> Duration {
+        if self.has_sessions() {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Whether a hold lasts as long as its ZooKeeper session, rather than a lease.
+    pub(crate) fn has_sessions(self) -> bool {
+        matches!(self, Deployment::ZooKeeper | Deployment::ZooKeeperEnsemble)
     }
 }
 
@@ -44,6 +71,8 @@ pub(crate) enum Store {
     Cluster(RedisCluster),
     Sentinel(RedisSentinel),
     RedLock(Vec<RedisServer>),
+    ZooKeeper(ZooKeeperServer),
+    ZooKeeperEnsemble(ZooKeeperEnsemble),
 }
 
 impl Store {
@@ -62,6 +91,8 @@ impl Store {
             }
             Deployment::Sentinel => Store::Sentinel(RedisSentinel::spawn()),
             Deployment::RedLock => Store::RedLock(RedisServer::spawn_many(REDLOCK_MASTERS)),
+            Deployment::ZooKeeper => Store::ZooKeeper(ZooKeeperServer::spawn()),
+            Deployment::ZooKeeperEnsemble => Store::ZooKeeperEnsemble(ZooKeeperEnsemble::spawn()),
         }
     }
 
@@ -80,34 +111,67 @@ impl Store {
             Store::Cluster(cluster) => format!("cluster={}", cluster.urls().join(",")),
             Store::Sentinel(sentinel) => format!("sentinel={}", sentinel.sentinel_urls().join(",")),
             Store::RedLock(masters) => format!("redlock={}", urls(masters)),
+            Store::ZooKeeper(server) => format!("zookeeper={}", server.connect_string()),
+            Store::ZooKeeperEnsemble(ensemble) => {
+                format!("zookeeper={}", ensemble.connect_string())
+            }
         }
     }
 
-    /// The one server of a single-node deployment.
+    /// The one server of a single-node Redis deployment.
     pub(crate) fn server(&mut self) -> &mut RedisServer {
         match self {
             Store::Single(server) | Store::Proxied(server, _) => server,
+            _ => panic!("the fault needs a single-node Redis store"),
+        }
+    }
+
+    /// Freezes the one server of a single-node deployment (SIGSTOP).
+    pub(crate) fn pause(&self) {
+        match self {
+            Store::Single(server) | Store::Proxied(server, _) => server.pause(),
+            Store::ZooKeeper(server) => server.pause(),
+            _ => panic!("the fault needs a single-node store"),
+        }
+    }
+
+    /// Resumes the server that [`pause`](Self::pause) froze (SIGCONT).
+    pub(crate) fn resume(&self) {
+        match self {
+            Store::Single(server) | Store::Proxied(server, _) => server.resume(),
+            Store::ZooKeeper(server) => server.resume(),
             _ => panic!("the fault needs a single-node store"),
         }
     }
 }
 
-/// A worker's `Locker` for `spec`, its calls bounded by `lease` where a store could
-/// otherwise hang (a paused server).
-pub(crate) async fn connect(spec: &str, lease: Duration) -> Result<Locker, LockError> {
-    let (kind, urls) = spec
+/// A worker's `Locker` for `spec`, whose holds outlive a silent holder by `lifetime`: its
+/// leases on Redis (which also bound its calls where a store could otherwise hang, a
+/// paused server), its session timeout on ZooKeeper.
+pub(crate) async fn connect(spec: &str, lifetime: Duration) -> Result<Locker, LockError> {
+    let (kind, addresses) = spec
         .split_once('=')
         .ok_or_else(|| LockError::Config(format!("not a store spec: {spec:?}")))?;
-    let urls: Vec<&str> = urls.split(',').collect();
-    let builder = Locker::builder()
-        .default_lease(lease)
-        .connect_timeout(lease);
+    let builder = Locker::builder().default_lease(lifetime);
     let builder = match kind {
-        "redis" => builder.url(urls[0]),
-        "cluster" => builder.cluster(urls),
-        "sentinel" => builder.sentinel(urls, MASTER_NAME),
-        "redlock" => builder.redlock(urls),
-        other => return Err(LockError::Config(format!("no store is called {other:?}"))),
+        "zookeeper" => {
+            let store = ZooKeeperStore::builder(addresses)
+                .session_timeout(lifetime)
+                .build()
+                .await?;
+            builder.store(Arc::new(store))
+        }
+        redis => {
+            let builder = builder.connect_timeout(lifetime);
+            let urls: Vec<&str> = addresses.split(',').collect();
+            match redis {
+                "redis" => builder.url(urls[0]),
+                "cluster" => builder.cluster(urls),
+                "sentinel" => builder.sentinel(urls, MASTER_NAME),
+                "redlock" => builder.redlock(urls),
+                other => return Err(LockError::Config(format!("no store is called {other:?}"))),
+            }
+        }
     };
     builder.build().await
 }

@@ -26,7 +26,9 @@ pub(crate) struct Args {
     pub(crate) ledger: String,
     pub(crate) tasks: usize,
     pub(crate) keys: Vec<String>,
-    pub(crate) lease: Duration,
+    /// How long a hold outlives a holder that went silent: the lease of every lock, or
+    /// the session timeout on ZooKeeper.
+    pub(crate) lifetime: Duration,
     pub(crate) sections: Sections,
     /// Which worker this is, from 0: also the seed of its random choices.
     pub(crate) index: u64,
@@ -35,12 +37,13 @@ pub(crate) struct Args {
 /// Who holds the locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sections {
-    /// Every task: sections of up to 2 ms, cancelled when the lease is lost, as
-    /// `with_lock` does.
+    /// Every task: sections of up to 2 ms, cancelled when the hold is lost (its lease, or
+    /// its session), as `with_lock` does.
     Short,
     /// As [`Short`](Sections::Short), except the first worker's first task, the slow
-    /// holder. Its sections on the first key last four leases (the watchdog renews them)
-    /// and run to their end even once the lease is lost, so that only the fence stands
+    /// holder. Its sections on the first key last four lifetimes (the watchdog renews a
+    /// lease; a session needs nothing) and run to their end even once the hold is lost, so
+    /// that only the fence stands
     /// between its late writes and a newer holder's. The other tasks only try for that
     /// key, without waiting, so as not to queue behind it.
     OneSlowHolder,
@@ -70,14 +73,14 @@ impl Args {
             self.ledger.clone(),
             self.tasks.to_string(),
             self.keys.join(","),
-            self.lease.as_millis().to_string(),
+            self.lifetime.as_millis().to_string(),
             self.sections.name().to_owned(),
             self.index.to_string(),
         ]
     }
 
     fn parse(args: &[String]) -> Option<Args> {
-        let [store, ledger, tasks, keys, lease_ms, sections, index] = args else {
+        let [store, ledger, tasks, keys, lifetime_ms, sections, index] = args else {
             return None;
         };
         Some(Args {
@@ -85,7 +88,7 @@ impl Args {
             ledger: ledger.clone(),
             tasks: tasks.parse().ok()?,
             keys: keys.split(',').map(str::to_owned).collect(),
-            lease: Duration::from_millis(lease_ms.parse().ok()?),
+            lifetime: Duration::from_millis(lifetime_ms.parse().ok()?),
             sections: Sections::parse(sections)?,
             index: index.parse().ok()?,
         })
@@ -111,7 +114,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let locker = store::connect(&args.store, args.lease)
+    let locker = store::connect(&args.store, args.lifetime)
         .await
         .map_err(|e| format!("connect to the store: {e}"))?;
     let ledger = Ledger::connect(&args.ledger)
@@ -138,7 +141,7 @@ async fn run(args: Args) -> Result<(), String> {
             },
             only_tried: (args.sections == Sections::OneSlowHolder && !slow)
                 .then(|| args.keys[0].clone()),
-            lease: args.lease,
+            lifetime: args.lifetime,
             slow,
             rng: fastrand::Rng::with_seed(args.index * 1000 + i as u64),
             leaving: leaving.clone(),
@@ -159,7 +162,7 @@ struct Task {
     keys: Vec<String>,
     /// The slow holder's key, which this task takes only if it is free.
     only_tried: Option<String>,
-    lease: Duration,
+    lifetime: Duration,
     /// Whether this is the slow holder.
     slow: bool,
     rng: fastrand::Rng,
@@ -174,11 +177,11 @@ impl Task {
             let wait = if self.only_tried.as_ref() == Some(&key) {
                 Duration::ZERO
             } else {
-                self.lease
+                self.lifetime
             };
-            let options = LockOptions::new().lease(self.lease).wait(wait);
+            let options = LockOptions::new().lease(self.lifetime).wait(wait);
             match self.locker.lock_with(&key, options).await {
-                Ok(guard) if self.slow => self.hold_past_the_lease(guard).await,
+                Ok(guard) if self.slow => self.hold_past_its_lifetime(guard).await,
                 Ok(guard) => self.hold(guard).await,
                 Err(LockError::Timeout { .. }) if wait.is_zero() => {}
                 Err(LockError::Timeout { .. }) => self.count(Event::Timeout).await,
@@ -190,7 +193,7 @@ impl Task {
         }
     }
 
-    /// Runs a short critical section while the lease lasts, then releases the lock.
+    /// Runs a short critical section while the hold lasts, then releases the lock.
     async fn hold(&mut self, guard: LockGuard) {
         let pause = Duration::from_micros(self.rng.u64(0..2000));
         let section = Section::new(&self.ledger, &guard, &self.leaving);
@@ -202,11 +205,11 @@ impl Task {
         self.release(guard).await;
     }
 
-    /// Runs a critical section of four leases to its end, lease lost or not, then
+    /// Runs a critical section of four lifetimes to its end, hold lost or not, then
     /// releases the lock.
-    async fn hold_past_the_lease(&mut self, guard: LockGuard) {
+    async fn hold_past_its_lifetime(&mut self, guard: LockGuard) {
         let section = Section::new(&self.ledger, &guard, &self.leaving);
-        match section.run(self.lease * 4).await {
+        match section.run(self.lifetime * 4).await {
             Ok(()) => self.count(Event::Section).await,
             Err(e) => eprintln!("torture worker: the ledger failed: {e}"),
         }
@@ -230,8 +233,8 @@ impl Task {
 }
 
 /// One critical section: enter, read the counter, yield, write it plus one, leave; the
-/// read and the write each through the fence. Dropped half-way (the lease was lost), it still leaves, in the
-/// background.
+/// read and the write each through the fence. Dropped half-way (the hold was lost), it
+/// still leaves, in the background.
 struct Section<'a> {
     ledger: &'a Ledger,
     key: &'a str,
