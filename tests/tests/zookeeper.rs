@@ -19,6 +19,8 @@ const SESSION: Duration = Duration::from_secs(2);
 /// Deadline of a Curator run: JVM start, connect, and every iteration.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const ITERATIONS: u32 = 40;
+/// How long the container reaper may take to delete 12,500 containers.
+const REAPED: Duration = Duration::from_secs(180);
 
 async fn locker(connect: &str, session_timeout: Duration) -> Locker {
     let store = ZooKeeperStore::builder(connect)
@@ -37,22 +39,26 @@ fn read_counter(path: &Path) -> u64 {
     fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
-/// Adds 1 to the counter file `ITERATIONS` times, each under the lock `key` taken as
-/// `kind`, as the Curator peers do under theirs.
+/// Takes the lock `key` as `kind` `ITERATIONS` times, as the Curator peers do theirs: a
+/// writer adds 1 to the counter file; a reader checks that it does not change under it.
 async fn count_under(locker: Locker, key: &str, kind: LockKind, counter: &Path) {
     let wait = LockOptions::new().kind(kind).wait(Duration::from_secs(60));
     for _ in 0..ITERATIONS {
         let guard = locker.lock_with(key, wait).await.unwrap();
         let value = read_counter(counter);
         sleep(Duration::from_millis(1)).await;
-        fs::write(counter, (value + 1).to_string()).unwrap();
+        if kind == LockKind::Read {
+            assert_eq!(read_counter(counter), value, "written under a read lock");
+        } else {
+            fs::write(counter, (value + 1).to_string()).unwrap();
+        }
         guard.release().await.unwrap();
     }
 }
 
 /// Curator processes and lock-core `Locker`s (each a session of its own) add to one
-/// counter under one lock, `/locks/shared` (Curator's readers check that it does not
-/// change under them): none is lost, so no two writers ever held it at once.
+/// counter under one lock, `/locks/shared` (readers check that it does not change under
+/// them): none is lost, so no two writers ever held it at once.
 async fn curator_shares(curator: CuratorLock, ours: LockKind) {
     let server = ZooKeeperServer::spawn();
     let peer = CuratorPeer::compile();
@@ -75,7 +81,7 @@ async fn curator_shares(curator: CuratorLock, ours: LockKind) {
         .await
         .unwrap()
         .expect("the Curator peers failed");
-    let writers = if curator == CuratorLock::Read { 3 } else { 6 };
+    let writers = 3 * (u64::from(curator != CuratorLock::Read) + u64::from(ours != LockKind::Read));
     let updates = writers * u64::from(ITERATIONS);
     assert_eq!(read_counter(&counter), updates, "an update was lost");
 }
@@ -95,6 +101,11 @@ async fn curator_read_locks_and_our_write_locks_exclude_each_other() {
     curator_shares(CuratorLock::Read, LockKind::Write).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_write_locks_and_our_read_locks_exclude_each_other() {
+    curator_shares(CuratorLock::Write, LockKind::Read).await;
+}
+
 /// A chroot in the connect string that does not exist yet is created, as Curator creates
 /// its namespace, and the locks live under it.
 #[tokio::test(flavor = "multi_thread")]
@@ -105,6 +116,73 @@ async fn a_chroot_is_created_and_holds_the_locks() {
     let listed = server.cli(&["ls", "/app/one/locks/a%2Fb"]).unwrap();
     assert!(listed.contains("-lock-"), "{listed}");
     guard.release().await.unwrap();
+}
+
+/// A base path whose parent only a `digest` user may write to: a store without the
+/// credentials cannot lock there, one with them can.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_digest_user_locks_where_its_acl_allows() {
+    // base64(sha1("billing:s3cret")), as ZooKeeper's DigestAuthenticationProvider stores it
+    const DIGEST: &str = "huqOekxEaTIxelU/Ym4wPlZrjpU=";
+    let server = ZooKeeperServer::spawn();
+    let acl = format!("digest:billing:{DIGEST}:cdrwa");
+    server.cli(&["create", "/billing", "", &acl]).unwrap();
+    let store = |auth: Option<&str>| {
+        let builder = ZooKeeperStore::builder(&server.connect_string()).base_path("/billing/locks");
+        let builder = match auth {
+            Some(password) => builder.digest_auth("billing", password),
+            None => builder,
+        };
+        async move {
+            let store = builder.build().await.unwrap();
+            Locker::builder()
+                .store(Arc::new(store))
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    for refused in [store(None).await, store(Some("guess")).await] {
+        let err = refused.lock("job").await.unwrap_err();
+        let cause = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("not authorized"), "{err}");
+    }
+    let guard = store(Some("s3cret")).await.lock("job").await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// A semaphore forced open loses its permits' holders, and its waiter, which keeps its
+/// lease, takes the freed permit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_forced_open_lets_its_waiter_in() {
+    let server = ZooKeeperServer::spawn();
+    let (holder, waiting) = (
+        locker(&server.connect_string(), SESSION).await,
+        locker(&server.connect_string(), SESSION).await,
+    );
+    let permit = holder.semaphore("pool", 1).acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(Duration::from_secs(20));
+        waiting.semaphore("pool", 1).acquire_with(wait).await
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    let info = holder
+        .inspect("pool")
+        .await
+        .unwrap()
+        .expect("a permit is out");
+    assert_eq!((info.holders.len(), info.waiting), (1, Some(1)), "{info:?}");
+    assert!(holder.force_unlock("pool").await.unwrap());
+    timeout(Duration::from_secs(2), permit.lost())
+        .await
+        .expect("the holder never learnt of it");
+    let next = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was not let in")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > permit.fencing_token());
+    next.release().await.unwrap();
 }
 
 /// A server paused past the session timeout: the client declares the session lost
@@ -214,7 +292,8 @@ async fn work_goes_on_when_the_leader_is_killed() {
 }
 
 /// A connection cut and opened again within the session timeout loses nothing: the hold
-/// stays its owner's, and another `Locker` still cannot take it.
+/// stays its owner's, another `Locker` still cannot take it, and a waiter on the cut
+/// connection is still woken by its watch, which the server set again on the reconnect.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
     let server = ZooKeeperServer::spawn();
@@ -222,6 +301,15 @@ async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
     let through_proxy = locker(&proxy.addr().to_string(), SESSION).await;
     let other = locker(&server.connect_string(), SESSION).await;
     let guard = through_proxy.lock("cut").await.unwrap();
+    let blocking = other.lock("cut:waited").await.unwrap();
+    let waiter = tokio::spawn({
+        let through_proxy = through_proxy.clone();
+        async move {
+            let wait = LockOptions::new().wait(Duration::from_secs(20));
+            through_proxy.lock_with("cut:waited", wait).await
+        }
+    });
+    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
     assert!(proxy.cut() >= 1, "no connection to cut");
     assert!(guard.is_held().await.unwrap(), "held while reconnecting");
     sleep(SESSION * 2).await;
@@ -230,34 +318,56 @@ async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
     assert!(other.try_lock("cut").await.unwrap().is_none());
     guard.release().await.unwrap();
     assert!(other.try_lock("cut").await.unwrap().is_some());
+
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    blocking.release().await.unwrap();
+    let woken = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter's watch did not survive the cut")
+        .unwrap()
+        .unwrap();
+    woken.release().await.unwrap();
 }
 
-/// Locks taken and released leave nothing behind: the server reaps the empty containers,
-/// and the znode count comes back to where it began.
+/// 10,000 distinct keys locked and released, by 8 tasks at once and every kind in turn,
+/// leave nothing behind: the server reaps the empty containers, and the znode count
+/// comes back to where it began. (The reaper deletes at most 10,000 containers a minute,
+/// ZooKeeper's default, and a semaphore leaves two.)
 #[tokio::test(flavor = "multi_thread")]
 async fn released_locks_leave_no_node_behind() {
+    const KEYS: usize = 10_000;
+    const TASKS: usize = 8;
     let server = Arc::new(ZooKeeperServer::spawn());
     let locker = locker(&server.connect_string(), SESSION).await;
     let before = server.znode_count();
-    for i in 0..500 {
-        let kind = [
-            LockKind::Exclusive,
-            LockKind::Read,
-            LockKind::Semaphore { permits: 2 },
-        ][i % 3];
-        let guard = locker
-            .lock_with(&format!("key/{i}"), LockOptions::new().kind(kind))
-            .await
-            .unwrap();
-        guard.release().await.unwrap();
+    let kinds = [
+        LockKind::Exclusive,
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Semaphore { permits: 2 },
+    ];
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                for i in (task..KEYS).step_by(TASKS) {
+                    let kind = LockOptions::new().kind(kinds[i % kinds.len()]);
+                    let guard = locker.lock_with(&format!("key/{i}"), kind).await.unwrap();
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
     }
+    let released = Instant::now();
     tokio::task::spawn_blocking(move || {
-        wait_until(
-            Duration::from_secs(20),
-            "the containers to be reaped",
-            || server.znode_count() == before,
-        )
+        wait_until(REAPED, "the containers to be reaped", || {
+            server.znode_count() == before
+        })
     })
     .await
     .unwrap();
+    eprintln!("reaped {:?} after the last release", released.elapsed());
 }

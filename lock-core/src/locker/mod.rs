@@ -595,6 +595,12 @@ impl Locker {
     ///   (the guard's is reckoned from the granting masters' counters, which no master
     ///   records); `waiting` is the most `Locker`s that a majority of the masters count.
     ///   The kind as on Redis.
+    /// - **ZooKeeper** (feature `zookeeper`; the lock's children, then each holder's
+    ///   node): each holder's node, with its creation zxid as its fencing token and no
+    ///   lease (the hold lasts as long as its session). The kind as its node's name says
+    ///   it: exclusive for a fair lock too, whose nodes are the same, or a semaphore with
+    ///   its stored count. `waiting` counts the nodes queued behind the holders (every
+    ///   client's, Curator's included), or the leases beyond a semaphore's count.
     /// - **A store of your own** answers [`LockError::Config`] unless it implements
     ///   [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -234,7 +234,7 @@ impl Store for ZooKeeperStore {
                     let owner = session.client.session_id().0;
                     Ok(stat.is_some_and(|s| s.ephemeral_owner == owner))
                 }
-                Err(zk::Error::ConnectionLoss) => Ok(session.is_live()),
+                Err(e) if session::cut_short(&e) => Ok(session.is_live()),
                 Err(_) if !session.is_live() => Ok(false),
                 Err(e) => Err(failed(hold.key, "read its node", e)),
             }

@@ -25,9 +25,9 @@ pub(super) fn lock_path(base: &str, key: &LockKey) -> String {
 /// `key` as one znode name. As [`KeySegment`](crate::KeySegment) does, a character that
 /// cannot stand is written as `%` and the hex of its UTF-8 bytes: `/` as `%2F`, and `%`
 /// itself as `%25`, so that no two keys meet; so are the characters ZooKeeper refuses in
-/// a name (U+E000 to U+F8FF and U+FFF0 to U+FFFF). A key that would be a name ZooKeeper
-/// reserves (`.`, `..`, `zookeeper`) has its first character written so: `%2E`,
-/// `%2E%2E`, `%7Aookeeper`. Any other key is its own name.
+/// a name (U+E000 to U+F8FF and U+FFF0 to U+FFFF). A key that is a name ZooKeeper
+/// reserves has its dots or its first letter written so: `.` is `%2E`, `..` is `%2E%2E`
+/// and `zookeeper` is `%7Aookeeper`. Any other key is its own name.
 pub(super) fn escape(key: &str) -> Cow<'_, str> {
     let reserved = matches!(key, "." | ".." | "zookeeper");
     let stands =

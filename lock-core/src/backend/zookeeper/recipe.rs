@@ -6,7 +6,7 @@ use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
 use super::path::{self, Contender};
-use super::session::Session;
+use super::session::{RETRIES, Session, cut_short};
 use super::{ZooKeeperStore, failed};
 use crate::LockError;
 use crate::backend::store::{Acquire, Acquired, Outcome};
@@ -68,21 +68,24 @@ impl ZooKeeperStore {
 }
 
 /// Creates the node `{dir}/{prefix}{sequence}`, and `dir` with its parents if they are
-/// missing: its name and its creation zxid. After a connection loss it looks for its
-/// node by its prefix, which names its owner, before it creates another.
+/// missing: its name and its creation zxid. After the connection broke under the create,
+/// it looks for its node by its prefix, which names its owner, before it creates another
+/// (up to [`RETRIES`] times in a row).
 pub(super) async fn create(
     session: &Session,
     dir: &str,
     prefix: &str,
 ) -> Result<(String, u64), zk::Error> {
     let path = format!("{dir}/{prefix}");
+    let mut retries = 0;
     loop {
         match session.client.create(&path, &[], &NODE).await {
             Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), zxid(stat))),
             Err(zk::Error::NoNode) => {
                 session.retry(|| session.client.mkdir(dir, &PARENT)).await?;
             }
-            Err(zk::Error::ConnectionLoss) => {
+            Err(e) if cut_short(&e) && retries < RETRIES => {
+                retries += 1;
                 session.reconnected().await?;
                 if let Some(found) = find(session, dir, prefix).await? {
                     return Ok(found);
@@ -200,16 +203,17 @@ pub(super) async fn list_both(
     Ok([next(), next()])
 }
 
-/// Deletes the node at `path`, retrying while the connection is down and the session
-/// lives: whether it was there to delete. One gone with its session was not.
+/// Deletes the node at `path`, again after the connection broke under it (up to
+/// [`RETRIES`] times in a row) while the session lives: whether it was there to delete.
+/// One gone with its session was not.
 pub(super) async fn delete(session: &Session, path: &str) -> Result<bool, zk::Error> {
-    let mut retried = false;
+    let mut retries = 0;
     loop {
         match session.client.delete(path, None).await {
             Ok(()) => return Ok(true),
-            Err(zk::Error::NoNode) => return Ok(retried),
-            Err(zk::Error::ConnectionLoss) => match session.reconnected().await {
-                Ok(()) => retried = true,
+            Err(zk::Error::NoNode) => return Ok(retries > 0),
+            Err(e) if cut_short(&e) && retries < RETRIES => match session.reconnected().await {
+                Ok(()) => retries += 1,
                 Err(_) => return Ok(false),
             },
             Err(zk::Error::SessionExpired) => return Ok(false),

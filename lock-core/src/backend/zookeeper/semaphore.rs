@@ -133,17 +133,21 @@ async fn wait_for_room(
                 Err(e) => return Err(e),
             }
         } else {
-            let Some(position) = path::leases(leases).iter().position(|l| *l == mine) else {
-                return Err(zk::Error::NoNode);
-            };
             let count = stored_count(session, dir).await?.unwrap_or(permits);
-            if position < count as usize {
+            if admitted(leases, &mine, count)? {
                 return Ok(Some((format!("{leases_dir}/{mine}"), fence)));
             }
             let leases = session.retry(|| session.client.list_and_watch_children(&leases_dir));
             let count = session.retry(|| session.client.get_and_watch_data(dir));
-            let ((_, leases), (_, _, count)) = tokio::try_join!(leases, count)?;
-            vec![leases, count]
+            let ((leases, leases_changed), (count, _, count_changed)) =
+                tokio::try_join!(leases, count)?;
+            // What the watches were set on may already admit it: a lease given back, or
+            // the count raised, between the first look and the watches.
+            let count = parse_count(&count).unwrap_or(permits);
+            if admitted(leases, &mine, count)? {
+                continue;
+            }
+            vec![leases_changed, count_changed]
         };
         if Instant::now() >= deadline {
             return Ok(None);
@@ -156,6 +160,15 @@ async fn wait_for_room(
             () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
         }
     }
+}
+
+/// Whether the lease `mine` holds a permit among `leases`: fewer than `count` come
+/// before it. `NoNode` if it is not among them.
+fn admitted(leases: Vec<String>, mine: &str, count: u32) -> Result<bool, zk::Error> {
+    let leases = path::leases(leases);
+    let position = leases.iter().position(|l| l == mine);
+    let position = position.ok_or(zk::Error::NoNode)?;
+    Ok(position < count as usize)
 }
 
 /// The contenders of other kinds for the lock whose node is `dir`, and its leases.

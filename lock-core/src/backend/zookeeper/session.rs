@@ -33,6 +33,21 @@ impl fmt::Debug for Connect {
     }
 }
 
+/// How many times in a row a call is sent again after the connection broke under it.
+/// Each time waits for a reconnect first, so only a connection that breaks again and
+/// again uses them up.
+pub(super) const RETRIES: u32 = 8;
+
+/// Whether `error` says that the connection broke under a call (lost, reset, silent
+/// past its timeout), rather than what the server answered: the call may or may not
+/// have been applied, and the session may live on.
+pub(super) fn cut_short(error: &zk::Error) -> bool {
+    matches!(
+        error,
+        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_)
+    )
+}
+
 /// The store's current session, if one is open.
 #[derive(Debug)]
 pub(super) struct Sessions {
@@ -124,16 +139,21 @@ impl Session {
         self.client.state() == zk::SessionState::Disconnected
     }
 
-    /// Runs `op`, and again each time it fails because the connection dropped, once it
-    /// is back; [`zk::Error::SessionExpired`] once the session is lost.
+    /// Runs `op`, and again each time the connection broke under it, once it is back
+    /// (up to [`RETRIES`] times in a row); [`zk::Error::SessionExpired`] once the session
+    /// is lost.
     pub(super) async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T, zk::Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, zk::Error>>,
     {
+        let mut retries = 0;
         loop {
             match op().await {
-                Err(zk::Error::ConnectionLoss) => self.reconnected().await?,
+                Err(e) if cut_short(&e) && retries < RETRIES => {
+                    retries += 1;
+                    self.reconnected().await?;
+                }
                 result => return result,
             }
         }
@@ -275,7 +295,7 @@ impl ZooKeeperStore {
     /// let store = Arc::new(ZooKeeperStore::builder("127.0.0.1:2181").build().await?);
     /// let locker = Locker::builder().store(store.clone()).build().await?;
     /// let guard = locker.lock("job:1").await?;
-    /// store.end_session().await?;
+    /// store.end_session().await;
     /// guard.lost().await;
     /// # Ok(())
     /// # }
