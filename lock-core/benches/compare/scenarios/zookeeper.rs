@@ -12,7 +12,10 @@
 //!   read-write lock.
 //!
 //! Every row but read-heavy's counts what the server did for it (`mntr`): requests, writes
-//! and fsyncs.
+//! and fsyncs. The handoff and read-heavy rows start once the server has reaped the empty
+//! lock nodes of the rows before them.
+
+use std::time::{Duration, Instant};
 
 use lock_core::Locker;
 use lock_tests::ZooKeeperServer;
@@ -86,6 +89,7 @@ pub(crate) async fn run(run: &mut Run<'_>) {
         handoff(run, &server, &connect, system, tasks, &name, note).await;
     }
 
+    reaped(&server).await;
     let rows =
         read_heavy::compare(&locker, "lock-core/zookeeper", workers, scale.zookeeper_run).await;
     for row in rows {
@@ -136,10 +140,28 @@ async fn handoff(
         .await
         .read;
     let scale = run.scale.zookeeper();
+    reaped(server).await;
     let before = ZooKeeperWork::read(server);
     let relay = relay(tasks, scale, name).await;
     let work = ZooKeeperWork::read(server).since(before);
     let mut row = relay_row("handoff", system, workers, scale, rtt, &relay, note);
     work.describe(&mut row, relay.acquisitions);
     run.report.push(row);
+}
+
+/// Waits until `server` has deleted the empty lock nodes (CONTAINERs) that the rows before
+/// left: its reaper deletes only so many per interval, and those deletes are writes that
+/// would otherwise land in the next row. Done once its znode count holds still for 300 ms,
+/// or after 60 s.
+async fn reaped(server: &ZooKeeperServer) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut count = server.znode_count();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = server.znode_count();
+        if now == count {
+            return;
+        }
+        count = now;
+    }
 }
