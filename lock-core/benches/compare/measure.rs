@@ -1,11 +1,15 @@
 //! The instruments: the Redis round trip, the commands Redis ran (`INFO commandstats`),
-//! latency samples and their quantiles, this process's CPU time and resident memory.
+//! the ZooKeeper round trips and what ZooKeeper did (`mntr`), latency samples and their
+//! quantiles, this process's CPU time and resident memory.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lock_core::redis::{self, aio::MultiplexedConnection};
+use lock_tests::ZooKeeperServer;
+use zookeeper_client as zk;
 
+use crate::report::Row;
 use crate::systems::connection;
 
 /// `d` in µs (from whole nanoseconds, so that 180.277 µs prints as such).
@@ -41,6 +45,134 @@ pub(crate) async fn round_trip(url: &str, samples: usize) -> f64 {
 
 async fn ping(conn: &mut MultiplexedConnection) {
     let _: String = redis::cmd("PING").query_async(conn).await.expect("PING");
+}
+
+/// ZooKeeper's round trips, each the median of `samples` calls one after the other on a
+/// session of its own, after a tenth as many unmeasured ones, µs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ZooKeeperRoundTrips {
+    /// A read: `exists` of `/`.
+    pub(crate) read: f64,
+    /// A write: `setData` of one node, which the server logs, and fsyncs, before it answers.
+    pub(crate) write: f64,
+}
+
+impl ZooKeeperRoundTrips {
+    pub(crate) async fn measure(connect_string: &str, samples: usize) -> Self {
+        let client = zk::Client::connect(connect_string)
+            .await
+            .expect("connect to zookeeper");
+        let node = "/round-trip";
+        client
+            .create(
+                node,
+                &[],
+                &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .expect("create the round trip's node");
+        let read = median(samples, || async {
+            client.check_stat("/").await.expect("exists /");
+        })
+        .await;
+        let write = median(samples, || async {
+            client.set_data(node, b"x", None).await.expect("setData");
+        })
+        .await;
+        client
+            .delete(node, None)
+            .await
+            .expect("delete the round trip's node");
+        Self { read, write }
+    }
+}
+
+/// The median latency of `samples` calls of `op` one after the other, µs, after a tenth as
+/// many unmeasured ones.
+async fn median<F, Fut>(samples: usize, op: F) -> f64
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for _ in 0..samples / 10 {
+        op().await;
+    }
+    let mut lat = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        op().await;
+        lat.push(micros(t.elapsed()));
+    }
+    percentile(&mut lat, 0.5).unwrap_or(f64::NAN)
+}
+
+/// What a ZooKeeper server did, from the counters of its `mntr`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ZooKeeperWork {
+    /// Requests it received (`zk_packets_received`).
+    requests: f64,
+    /// Writes it applied (`zk_cnt_updatelatency`).
+    writes: f64,
+    /// Times it fsynced its transaction log (`zk_cnt_fsynctime`), and the ms they took, each
+    /// counted in whole ms (`zk_sum_fsynctime`).
+    fsyncs: f64,
+    fsync_ms: f64,
+}
+
+impl ZooKeeperWork {
+    pub(crate) fn read(server: &ZooKeeperServer) -> Self {
+        let mntr = server.four_letter("mntr").expect("mntr");
+        let counter = |name: &str| -> f64 {
+            mntr.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix('\t'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in mntr"))
+        };
+        Self {
+            requests: counter("zk_packets_received"),
+            writes: counter("zk_cnt_updatelatency"),
+            fsyncs: counter("zk_cnt_fsynctime"),
+            fsync_ms: counter("zk_sum_fsynctime"),
+        }
+    }
+
+    /// What the server did from `before` to `self`, the `mntr` that read `self` left out.
+    pub(crate) fn since(self, before: Self) -> Self {
+        Self {
+            requests: self.requests - before.requests - 1.0,
+            writes: self.writes - before.writes,
+            fsyncs: self.fsyncs - before.fsyncs,
+            fsync_ms: self.fsync_ms - before.fsync_ms,
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: Self) {
+        self.requests += other.requests;
+        self.writes += other.writes;
+        self.fsyncs += other.fsyncs;
+        self.fsync_ms += other.fsync_ms;
+    }
+
+    /// Puts this work, per operation of `ops`, in `row`: the requests as the commands sent,
+    /// writes and fsyncs in `extra` and the note.
+    pub(crate) fn describe(&self, row: &mut Row, ops: usize) {
+        let per_op = |n: f64| n / ops.max(1) as f64;
+        row.commands_per_op = Some(per_op(self.requests));
+        let figures = [
+            ("zk_writes_per_op", per_op(self.writes)),
+            ("zk_fsyncs_per_op", per_op(self.fsyncs)),
+            ("zk_fsync_ms_per_op", per_op(self.fsync_ms)),
+        ];
+        row.extra.extend(figures);
+        let [writes, fsyncs, fsync_ms] = figures.map(|(_, v)| v);
+        let note =
+            format!("ZooKeeper per op: {writes:.2} writes, {fsyncs:.2} fsyncs ({fsync_ms:.1} ms)");
+        row.note = [note, std::mem::take(&mut row.note)]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
 }
 
 /// Operations done, the time they took, and their latencies in µs.

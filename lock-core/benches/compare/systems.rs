@@ -8,6 +8,9 @@
 //! - `raw`: the floor of any Redis lock, with no fencing token: `SET NX PX` and the same
 //!   compare-and-delete.
 //! - `rslock`: the crate from crates.io with its default settings.
+//! - `zookeeper-client`: that crate's own lock (`Client::lock`, in Curator's layout), the
+//!   client lock-core's ZooKeeper store is built on, with the lock node's `czxid` read
+//!   as its fencing token.
 //! - `none`: takes nothing and gives back nothing, for the baselines.
 //!
 //! raw and raw-fenced have no wake-up: a waiter tries again at once (`yield_now`, no sleep),
@@ -19,6 +22,7 @@ use std::time::Duration;
 use lock_core::redis::aio::MultiplexedConnection;
 use lock_core::redis::{self, Script};
 use lock_core::{LockGuard, LockOptions, Locker};
+use zookeeper_client as zk;
 
 /// The lease of raw, raw-fenced and rslock; lock-core's default lease is the same.
 pub(crate) const LEASE: Duration = Duration::from_secs(30);
@@ -48,6 +52,7 @@ pub(crate) enum System {
     RawFenced(Raw),
     Raw(Raw),
     Rslock(rslock::LockManager),
+    ZooKeeperClient(ZooKeeperLock),
     None,
 }
 
@@ -55,8 +60,13 @@ pub(crate) enum System {
 #[derive(Debug)]
 pub(crate) enum Held {
     LockCore(LockGuard),
-    Raw { key: String, token: String },
+    Raw {
+        key: String,
+        token: String,
+    },
     Rslock(rslock::Lock),
+    /// The path of a zookeeper-client lock's node.
+    ZooKeeperClient(String),
     None,
 }
 
@@ -95,6 +105,7 @@ impl System {
             Self::RawFenced(_) => "raw-fenced",
             Self::Raw(_) => "raw",
             Self::Rslock(_) => "rslock",
+            Self::ZooKeeperClient(_) => "zookeeper-client",
             Self::None => "none",
         }
     }
@@ -113,7 +124,7 @@ impl System {
             ],
             Self::RawFenced(_) => &["set", "incr", "get", "del"],
             Self::Raw(_) | Self::Rslock(_) => &["get", "del"],
-            Self::None => &[],
+            Self::ZooKeeperClient(_) | Self::None => &[],
         }
     }
 
@@ -155,6 +166,7 @@ impl System {
                     .await
                     .expect("rslock acquire"),
             ),
+            Self::ZooKeeperClient(lock) => Held::ZooKeeperClient(lock.acquire(name).await),
             Self::None => Held::None,
         }
     }
@@ -169,6 +181,7 @@ impl System {
                 raw.release(&key, &token).await;
             }
             (Self::Rslock(_), Held::Rslock(lock)) => lock.release().await,
+            (Self::ZooKeeperClient(lock), Held::ZooKeeperClient(path)) => lock.release(&path).await,
             (Self::None, Held::None) => {}
             (system, held) => unreachable!("{held:?} given back to {}", system.name()),
         }
@@ -243,6 +256,60 @@ impl Raw {
             .invoke_async(&mut self.conn.clone())
             .await
             .expect("EVALSHA release");
+    }
+}
+
+/// zookeeper-client's lock on one session: the lock `name` is the node
+/// `/zookeeper-client/{name}`, its contenders `_c_{uuid}-lock-{seq}` under it, as
+/// Curator's `InterProcessMutex` lays them out.
+#[derive(Debug, Clone)]
+pub(crate) struct ZooKeeperLock {
+    client: zk::Client,
+}
+
+impl ZooKeeperLock {
+    pub(crate) async fn connect(connect_string: &str) -> Self {
+        Self {
+            client: zk::Client::connect(connect_string)
+                .await
+                .expect("connect zookeeper-client"),
+        }
+    }
+
+    /// Waits for the lock `name` by the crate's own means (a watch on the node before its
+    /// own), then reads its node's `czxid`, the fencing token: the path of its node.
+    ///
+    /// The crate's guard deletes the node in the background when dropped, after the
+    /// release below has deleted it already; so it is forgotten instead.
+    async fn acquire(&self, name: &str) -> String {
+        let dir = format!("/zookeeper-client/{name}");
+        let prefix = zk::LockPrefix::new_curator(&dir, "lock-").expect("lock prefix");
+        let options = zk::LockOptions::new(zk::Acls::anyone_all())
+            .with_ancestor_options(zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()))
+            .expect("lock options");
+        let lock = self
+            .client
+            .lock(prefix, &[], options)
+            .await
+            .expect("zookeeper-client lock");
+        let path = lock.lock_path().to_owned();
+        std::mem::forget(lock);
+        let stat = self
+            .client
+            .check_stat(&path)
+            .await
+            .expect("zookeeper-client: read the lock node")
+            .expect("zookeeper-client: the lock node exists");
+        std::hint::black_box(stat.czxid);
+        path
+    }
+
+    /// Deletes the lock's node, and waits for the reply.
+    async fn release(&self, path: &str) {
+        self.client
+            .delete(path, None)
+            .await
+            .expect("zookeeper-client: delete the lock node");
     }
 }
 

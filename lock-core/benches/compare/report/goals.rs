@@ -240,6 +240,32 @@ impl Report {
             Verdict::of(p50.map(|r| r <= 4.0)),
         );
 
+        let rate = |system: &str| find("uncontended", system)?.ops_per_sec;
+        let r = rate("lock-core/zookeeper")
+            .zip(rate("zookeeper-client"))
+            .map(|(ours, theirs)| ours / theirs);
+        goal(
+            "ZooKeeper: uncontended ≥ 1.0× zookeeper-client's lock",
+            times(r),
+            Verdict::of(r.map(|r| r >= 1.0)),
+        );
+        for (system, lockers, peer) in [
+            ("lock-core/zookeeper", "one Locker", "zookeeper-client"),
+            (
+                "lock-core/zookeeper/8-lockers",
+                "8 Lockers",
+                "zookeeper-client/8-sessions",
+            ),
+        ] {
+            let (measured, p50) = after_reply_in_rtts(find("handoff", system));
+            let (theirs, _) = after_reply_in_rtts(find("handoff", peer));
+            goal(
+                &format!("ZooKeeper handoff ({lockers}): p50 ≤ 2 RTT after the release's reply"),
+                format!("{measured} (no goal: {peer} {theirs})"),
+                Verdict::of(p50.map(|r| r <= 2.0)),
+            );
+        }
+
         let per_guard = find("memory", "lock-core").and_then(|m| m.extra("bytes_per_guard"));
         goal(
             "memory ≤ 1 KiB per held guard",
@@ -278,6 +304,22 @@ impl Report {
         );
         (measured, in_rtts)
     }
+}
+
+/// A ZooKeeper handoff row's p50 from the release's reply, as measured and in the read
+/// round trips measured beside the row, with its p50 from the release being sent.
+fn after_reply_in_rtts(row: Option<&Row>) -> (String, Option<f64>) {
+    let p50 = row.and_then(|r| r.extra("after_release_reply_p50_us"));
+    let rtt = row.and_then(|r| r.extra("rtt_us"));
+    let in_rtts = p50.zip(rtt).map(|(p, rtt)| p / rtt);
+    let measured = format!(
+        "{} µs = {} RTT ({} µs); {} µs from the release sent",
+        fmt_us(p50),
+        fmt_num(in_rtts, 2),
+        fmt_num(rtt, 1),
+        fmt_us(row.and_then(|r| r.p50_us)),
+    );
+    (measured, in_rtts)
 }
 
 /// A ratio: `0.95×`.

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde::{Serialize, Serializer};
 
-use crate::measure::{Calls, Sample, percentile};
+use crate::measure::{Calls, Sample, ZooKeeperRoundTrips, percentile};
 
 /// One line of the table and of `compare.json`.
 #[derive(Debug, Clone, Serialize)]
@@ -124,6 +124,8 @@ pub(crate) struct Curve {
 pub(crate) struct Report {
     /// Median Redis round trip at the start of each runtime, µs, per worker count.
     pub(crate) rtt: BTreeMap<usize, f64>,
+    /// ZooKeeper's round trips at the start of the zookeeper scenario, per worker count.
+    pub(crate) zookeeper_rtt: BTreeMap<usize, ZooKeeperRoundTrips>,
     pub(crate) rows: Vec<Row>,
     pub(crate) curves: Vec<Curve>,
 }
@@ -166,6 +168,13 @@ impl Report {
             let _ = writeln!(
                 out,
                 "Redis round trip (PING, median), {workers} worker(s): {rtt:.1} µs  "
+            );
+        }
+        for (workers, rtt) in &self.zookeeper_rtt {
+            let _ = writeln!(
+                out,
+                "ZooKeeper round trip (median), {workers} worker(s): {:.1} µs to read (exists), {:.1} µs to write (setData, fsynced)  ",
+                rtt.read, rtt.write
             );
         }
         out.push_str(

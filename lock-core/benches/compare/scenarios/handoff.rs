@@ -1,6 +1,8 @@
 //! `handoff` and `fair-handoff`: 8 tasks on one lock, each holding it for [`HOLD`]. After
 //! releasing, a task waits until another one has acquired, so every acquisition is a
 //! handoff; its latency runs from the release being sent to the next acquire returning.
+//! A row also gives it from the release's reply to the next acquire returning: the release
+//! had reached the server by then.
 //!
 //! Each acquire call also takes a ticket from a counter as it starts, so that a row can
 //! count the acquisitions served after one whose call started later: 0 for a lock that
@@ -9,6 +11,7 @@
 //! its ticket and Redis could be miscounted. The first round, whose calls start at once,
 //! is not counted.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -18,8 +21,8 @@ use lock_core::Locker;
 use tokio::sync::watch;
 
 use super::{Run, Scale};
-use crate::measure::{Calls, Sample, round_trip};
-use crate::report::{Curve, Row};
+use crate::measure::{Calls, Sample, percentile, round_trip};
+use crate::report::{Curve, Row, fmt_us};
 use crate::systems::System;
 
 /// Tasks contending for the lock.
@@ -140,12 +143,17 @@ pub(crate) fn relay_row(
 ) -> Row {
     let mut row = Row::from_sample(scenario, system, workers, &relay.sample);
     let counted = relay.sample.ops;
+    let after_reply = percentile(&mut relay.after_reply.clone(), 0.5);
     row.extra.insert("rtt_us", rtt);
     row.extra.insert("acquisitions", counted as f64);
     row.extra
         .insert("fifo_overtakings", relay.overtakings as f64);
+    if let Some(p50) = after_reply {
+        row.extra.insert("after_release_reply_p50_us", p50);
+    }
     row.note = format!(
-        "{note}; served out of asking order {} times",
+        "{note}; p50 {} µs after the release's reply; served out of asking order {} times",
+        fmt_us(after_reply),
         relay.overtakings
     );
     if counted < scale.handoffs {
@@ -162,8 +170,11 @@ pub(crate) fn relay_row(
 pub(crate) struct Relay {
     /// The acquisitions counted, their latencies (µs), and the time until the last one.
     sample: Sample,
+    /// The same latencies from the reply to the release before each, µs; negative when the
+    /// acquire returned before the releasing task saw that reply.
+    after_reply: Vec<f64>,
     /// Every acquisition, those after the end (draining the queue) included.
-    acquisitions: usize,
+    pub(crate) acquisitions: usize,
     /// Acquisitions served after one whose acquire call started later.
     overtakings: usize,
 }
@@ -180,6 +191,17 @@ struct Baton {
     epoch: Instant,
     /// Every acquisition, those after the end included.
     acquisitions: AtomicUsize,
+}
+
+/// What a task of a handoff run timed, in ns since [`Baton::epoch`] (latencies in µs).
+#[derive(Debug, Default)]
+struct Times {
+    /// From the release before each acquisition it made to the acquisition.
+    lat: Vec<f64>,
+    /// Its counted acquisitions, by number (the first counted is 1), and when each was made.
+    acquired: Vec<(usize, u64)>,
+    /// When the reply came to its release of each of them.
+    replied: HashMap<usize, u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -231,7 +253,7 @@ pub(crate) async fn relay(tasks: Vec<System>, scale: Scale, name: &str) -> Relay
             let baton = baton.clone();
             let name = name.to_owned();
             tokio::spawn(async move {
-                let mut lat = Vec::new();
+                let mut times = Times::default();
                 let mut seen = baton.progress.subscribe();
                 loop {
                     let ticket = baton.tickets.fetch_add(1, Ordering::AcqRel);
@@ -240,11 +262,14 @@ pub(crate) async fn relay(tasks: Vec<System>, scale: Scale, name: &str) -> Relay
                     baton.acquisitions.fetch_add(1, Ordering::Relaxed);
                     let released_at = baton.released_at.swap(0, Ordering::AcqRel);
                     let mut progress = Progress::default();
+                    let mut number = None;
                     baton.progress.send_modify(|p| {
                         if !p.over {
                             p.counted += 1;
+                            number = Some(p.counted);
+                            times.acquired.push((p.counted, acquired_at));
                             if released_at != 0 {
-                                lat.push((acquired_at - released_at) as f64 / 1e3);
+                                times.lat.push((acquired_at - released_at) as f64 / 1e3);
                             }
                             if p.counted > TASKS {
                                 baton.order.lock().unwrap().serve(ticket);
@@ -258,8 +283,11 @@ pub(crate) async fn relay(tasks: Vec<System>, scale: Scale, name: &str) -> Relay
                     tokio::time::sleep(HOLD).await;
                     baton.released_at.store(baton.now_ns(), Ordering::Release);
                     system.release(held).await;
+                    if let Some(number) = number {
+                        times.replied.insert(number, baton.now_ns());
+                    }
                     if progress.over {
-                        return lat;
+                        return times;
                     }
                     // Wait until someone else has taken it. Once the run is over, each
                     // task takes it once more, so that those queued on it drain.
@@ -273,19 +301,31 @@ pub(crate) async fn relay(tasks: Vec<System>, scale: Scale, name: &str) -> Relay
 
     let _ = baton.progress.subscribe().wait_for(|p| p.over).await;
     let elapsed = started.elapsed();
-    let mut lat = Vec::new();
+    let mut times = Times::default();
     for task in tasks {
-        lat.extend(task.await.expect("handoff task"));
+        let task = task.await.expect("handoff task");
+        times.lat.extend(task.lat);
+        times.acquired.extend(task.acquired);
+        times.replied.extend(task.replied);
     }
+    let after_reply = times
+        .acquired
+        .iter()
+        .filter_map(|&(number, acquired_at)| {
+            let replied_at = *times.replied.get(&number.checked_sub(1)?)?;
+            Some((acquired_at as f64 - replied_at as f64) / 1e3)
+        })
+        .collect();
     let counted = baton.progress.borrow().counted;
     let overtakings = baton.order.lock().unwrap().overtakings;
     Relay {
         sample: Sample {
             ops: counted,
             elapsed,
-            lat,
+            lat: times.lat,
             ..Sample::default()
         },
+        after_reply,
         acquisitions: baton.acquisitions.load(Ordering::Relaxed),
         overtakings,
     }

@@ -13,6 +13,7 @@ pub(crate) mod semaphore;
 pub(crate) mod uncontended;
 pub(crate) mod watchdog;
 pub(crate) mod writer_wait;
+pub(crate) mod zookeeper;
 
 use std::time::Duration;
 
@@ -34,6 +35,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "watchdog",
     "axum",
     "scale-out",
+    "zookeeper",
     "memory",
 ];
 
@@ -55,6 +57,11 @@ pub(crate) struct Scale {
     pub(crate) watchdog_hold: Duration,
     /// Guards held, or tasks waiting, per memory measurement.
     pub(crate) memory_items: usize,
+    /// The zookeeper scenario's uncontended cycles per system, acquisitions per handoff
+    /// row, and read-heavy time: ZooKeeper fsyncs every write.
+    pub(crate) zookeeper_cycles: usize,
+    pub(crate) zookeeper_handoffs: usize,
+    pub(crate) zookeeper_run: Duration,
 }
 
 impl Scale {
@@ -68,6 +75,9 @@ impl Scale {
             watchdog_guards: 10_000,
             watchdog_hold: Duration::from_secs(15),
             memory_items: 10_000,
+            zookeeper_cycles: 1_000,
+            zookeeper_handoffs: 500,
+            zookeeper_run: Duration::from_secs(5),
         }
     }
 
@@ -81,6 +91,17 @@ impl Scale {
             watchdog_guards: 2_000,
             watchdog_hold: Duration::from_secs(4),
             memory_items: 2_000,
+            zookeeper_cycles: 100,
+            zookeeper_handoffs: 50,
+            zookeeper_run: Duration::from_millis(500),
+        }
+    }
+
+    /// This scale with the zookeeper scenario's handoffs.
+    pub(crate) fn zookeeper(self) -> Self {
+        Self {
+            handoffs: self.zookeeper_handoffs,
+            ..self
         }
     }
 }
@@ -179,6 +200,9 @@ pub(crate) async fn run(
     }
     if only.contains(&"scale-out") {
         scale_out::run(&mut run).await;
+    }
+    if only.contains(&"zookeeper") {
+        zookeeper::run(&mut run).await;
     }
 }
 

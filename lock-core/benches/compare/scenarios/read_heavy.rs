@@ -26,10 +26,10 @@ enum Locking {
 }
 
 impl Locking {
-    fn system(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
-            Self::ReadWrite => "lock-core/read-write",
-            Self::Exclusive => "lock-core/exclusive",
+            Self::ReadWrite => "read-write",
+            Self::Exclusive => "exclusive",
         }
     }
 
@@ -43,24 +43,43 @@ impl Locking {
 }
 
 pub(crate) async fn run(run: &mut Run<'_>) {
-    let workers = run.workers;
-    let per_round = run.scale.run / ROUNDS as u32;
+    let locker = run.locker.clone();
+    let rows = compare(&locker, "lock-core", run.workers, run.scale.run).await;
+    for row in rows {
+        run.report.push(row);
+    }
+}
+
+/// The two lockings on `locker` taking turns for `time` in all, a fifth of it each per
+/// round: their rows, the systems named `{system}/read-write` and `{system}/exclusive`.
+pub(crate) async fn compare(
+    locker: &Locker,
+    system: &str,
+    workers: usize,
+    time: Duration,
+) -> Vec<Row> {
+    let per_round = time / ROUNDS as u32;
     let lockings = [Locking::ReadWrite, Locking::Exclusive];
     let mut samples: Vec<Sample> = lockings.iter().map(|_| Sample::default()).collect();
     for r in 0..ROUNDS {
         for i in 0..lockings.len() {
             let at = (i + r) % lockings.len();
-            let key = format!("rh{workers}:{r}:{at}");
-            samples[at].add(operations(&run.locker, lockings[at], per_round, key).await);
+            let key = format!("rh{workers}:{system}:{r}:{at}");
+            samples[at].add(operations(locker, lockings[at], per_round, key).await);
         }
     }
-    for (locking, sample) in lockings.into_iter().zip(samples) {
-        let mut row = Row::from_sample("read-heavy", locking.system(), workers, &sample);
-        row.note = format!(
-            "{TASKS} tasks on one key, 1 in {WRITE_EVERY} operations a write, each holding it {HOLD:?}"
-        );
-        run.report.push(row);
-    }
+    lockings
+        .into_iter()
+        .zip(samples)
+        .map(|(locking, sample)| {
+            let name = format!("{system}/{}", locking.name());
+            let mut row = Row::from_sample("read-heavy", &name, workers, &sample);
+            row.note = format!(
+                "{TASKS} tasks on one key, 1 in {WRITE_EVERY} operations a write, each holding it {HOLD:?}"
+            );
+            row
+        })
+        .collect()
 }
 
 /// [`TASKS`] tasks operating on `key` for `run`, locking as `locking` says.
