@@ -30,7 +30,8 @@ const JAVAC: &str = "javac";
 const CLASS: &str = "CuratorPeer";
 /// Deadline of the compilation.
 const COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
-/// The peer: `CuratorPeer <connect> <path> <mutex|write|read> <counter file> <iterations>`.
+/// The peer: `CuratorPeer <connect> <path> <mutex|write|read|semaphore-N> <counter file>
+/// <iterations>`.
 const SOURCE: &str = r#"import java.nio.file.*;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.*;
@@ -38,6 +39,31 @@ import org.apache.curator.framework.recipes.locks.*;
 import org.apache.curator.retry.RetryNTimes;
 
 public class CuratorPeer {
+    /** A lock that is taken within 60 s, or not at all. */
+    interface Lock {
+        /** Takes the lock: what releases it. */
+        AutoCloseable acquire() throws Exception;
+    }
+
+    static Lock mutex(InterProcessMutex mutex) {
+        return () -> {
+            if (!mutex.acquire(60, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("not acquired within 60 s");
+            }
+            return mutex::release;
+        };
+    }
+
+    static Lock semaphore(InterProcessSemaphoreV2 semaphore) {
+        return () -> {
+            Lease lease = semaphore.acquire(60, TimeUnit.SECONDS);
+            if (lease == null) {
+                throw new IllegalStateException("no permit within 60 s");
+            }
+            return lease;
+        };
+    }
+
     public static void main(String[] args) throws Exception {
         Path counter = Paths.get(args[3]);
         long iterations = Long.parseLong(args[4]);
@@ -45,17 +71,20 @@ public class CuratorPeer {
             args[0], 10000, 5000, new RetryNTimes(100, 100));
         client.start();
         InterProcessReadWriteLock readWrite = new InterProcessReadWriteLock(client, args[1]);
-        InterProcessMutex lock = switch (args[2]) {
-            case "mutex" -> new InterProcessMutex(client, args[1]);
-            case "write" -> readWrite.writeLock();
-            case "read" -> readWrite.readLock();
-            default -> throw new IllegalArgumentException("no lock kind " + args[2]);
+        Lock lock = switch (args[2]) {
+            case "mutex" -> mutex(new InterProcessMutex(client, args[1]));
+            case "write" -> mutex(readWrite.writeLock());
+            case "read" -> mutex(readWrite.readLock());
+            default -> {
+                if (!args[2].startsWith("semaphore-")) {
+                    throw new IllegalArgumentException("no lock kind " + args[2]);
+                }
+                int permits = Integer.parseInt(args[2].substring("semaphore-".length()));
+                yield semaphore(new InterProcessSemaphoreV2(client, args[1], permits));
+            }
         };
         for (long i = 0; i < iterations; i++) {
-            if (!lock.acquire(60, TimeUnit.SECONDS)) {
-                throw new IllegalStateException("not acquired within 60 s");
-            }
-            try {
+            try (AutoCloseable held = lock.acquire()) {
                 int value = Integer.parseInt(Files.readString(counter).trim());
                 Thread.sleep(1);
                 if (args[2].equals("read")) {
@@ -67,8 +96,6 @@ public class CuratorPeer {
                 } else {
                     Files.writeString(counter, Integer.toString(value + 1));
                 }
-            } finally {
-                lock.release();
             }
         }
         client.close();
@@ -87,14 +114,21 @@ pub enum CuratorLock {
     /// The read side of `InterProcessReadWriteLock`: each iteration reads the counter twice,
     /// 1 ms apart, and the process fails if it changed in between.
     Read,
+    /// A permit of `InterProcessSemaphoreV2`: each iteration adds 1 to the counter, which
+    /// loses no update only with 1 permit.
+    Semaphore {
+        /// The semaphore's count.
+        permits: u32,
+    },
 }
 
 impl CuratorLock {
-    fn arg(self) -> &'static str {
+    fn arg(self) -> String {
         match self {
-            CuratorLock::Mutex => "mutex",
-            CuratorLock::Write => "write",
-            CuratorLock::Read => "read",
+            CuratorLock::Mutex => "mutex".to_owned(),
+            CuratorLock::Write => "write".to_owned(),
+            CuratorLock::Read => "read".to_owned(),
+            CuratorLock::Semaphore { permits } => format!("semaphore-{permits}"),
         }
     }
 }
@@ -200,7 +234,7 @@ impl CuratorPeer {
                 command
                     .args(FAST_JVM)
                     .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-                    .args(["-cp", &classpath, CLASS, connect, path, lock.arg()])
+                    .args(["-cp", &classpath, CLASS, connect, path, &lock.arg()])
                     .arg(counter)
                     .arg(iterations.to_string());
                 let what = format!(

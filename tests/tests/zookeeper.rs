@@ -19,7 +19,7 @@ const SESSION: Duration = Duration::from_secs(2);
 /// Deadline of a Curator run: JVM start, connect, and every iteration.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const ITERATIONS: u32 = 40;
-/// How long the container reaper may take to delete 12,500 containers.
+/// How long the container reaper may take to delete 15,000 containers.
 const REAPED: Duration = Duration::from_secs(180);
 
 async fn locker(connect: &str, session_timeout: Duration) -> Locker {
@@ -104,6 +104,75 @@ async fn curator_read_locks_and_our_write_locks_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread")]
 async fn curator_write_locks_and_our_read_locks_exclude_each_other() {
     curator_shares(CuratorLock::Write, LockKind::Read).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_semaphores_and_ours_exclude_each_other() {
+    let one = CuratorLock::Semaphore { permits: 1 };
+    curator_shares(one, LockKind::Semaphore { permits: 1 }).await;
+}
+
+/// A semaphore of 1 that one of ours holds, a Curator acquirer waiting for it (holding
+/// the mutex on `{path}/locks`, its lease made), and one of ours asking after it: once
+/// the permit is given back, the Curator acquirer takes it, then ours, each well before
+/// our wait's deadline. Neither waits for the other: ours queues at the mutex behind the
+/// Curator acquirer, as Curator's own would.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_curator_acquirer_and_ours_wait_for_a_permit_in_turn() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let counter = peer.dir().join("counter");
+    fs::write(&counter, "0").unwrap();
+    let connect = server.connect_string();
+    let (holder, asking) = (
+        locker(&connect, SESSION).await,
+        locker(&connect, SESSION).await,
+    );
+    let permit = holder.semaphore("turns", 1).acquire().await.unwrap();
+    let one = CuratorLock::Semaphore { permits: 1 };
+    let run = peer.spawn(1, &connect, "/locks/turns", one, &counter, 1);
+    let server = Arc::new(server);
+    tokio::task::spawn_blocking({
+        let server = server.clone();
+        move || {
+            wait_until(RUN_TIMEOUT, "the Curator acquirer's lease", || {
+                let leases = server.cli(&["ls", "/locks/turns/leases"]);
+                leases.is_ok_and(|leases| leases.matches("-lease-").count() == 2)
+            });
+        }
+    })
+    .await
+    .unwrap();
+    let ours = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(WAIT);
+        asking.semaphore("turns", 1).acquire_with(wait).await
+    });
+    let started = Instant::now();
+    loop {
+        let info = holder.inspect("turns").await.unwrap();
+        if info.and_then(|info| info.waiting) == Some(2) {
+            break;
+        }
+        assert!(started.elapsed() < WAIT / 2, "ours never waited");
+        sleep(Duration::from_millis(20)).await;
+    }
+    let (released, first_token) = (Instant::now(), permit.fencing_token());
+    permit.release().await.unwrap();
+    let curator = tokio::task::spawn_blocking(move || run.wait(WAIT / 2));
+    curator
+        .await
+        .unwrap()
+        .expect("the Curator acquirer did not get the permit in time");
+    assert_eq!(read_counter(&counter), 1);
+    let next = timeout(WAIT / 2, ours)
+        .await
+        .expect("ours did not get the permit in time")
+        .unwrap()
+        .unwrap();
+    eprintln!("both in {:?} after the release", released.elapsed());
+    assert!(next.fencing_token() > first_token);
+    next.release().await.unwrap();
 }
 
 /// A chroot in the connect string that does not exist yet is created, as Curator creates
@@ -332,7 +401,8 @@ async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
 /// 10,000 distinct keys locked and released, by 8 tasks at once and every kind in turn,
 /// leave nothing behind: the server reaps the empty containers, and the znode count
 /// comes back to where it began. (The reaper deletes at most 10,000 containers a minute,
-/// ZooKeeper's default, and a semaphore leaves two.)
+/// ZooKeeper's default, and a semaphore leaves three: its lock's, its leases' and its
+/// mutex's.)
 #[tokio::test(flavor = "multi_thread")]
 async fn released_locks_leave_no_node_behind() {
     const KEYS: usize = 10_000;

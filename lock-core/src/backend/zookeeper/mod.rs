@@ -31,7 +31,7 @@
 //! | exclusive, fair | `_c_{uuid}-lock-{seq}` | `InterProcessMutex` |
 //! | read | `_c_{uuid}-__READ__{seq}` | `InterProcessReadWriteLock`'s read lock |
 //! | write | `_c_{uuid}-__WRIT__{seq}` | `InterProcessReadWriteLock`'s write lock |
-//! | semaphore permit | `leases/_c_{uuid}-lease-{seq}` | `InterProcessSemaphoreV2` |
+//! | semaphore permit | `leases/_c_{uuid}-lease-{seq}`, taken holding `locks/_c_{uuid}-lock-{seq}` | `InterProcessSemaphoreV2` |
 //!
 //! Every child whose name ends in `lock-`, `__WRIT__`, `__READ__` (or kazoo's `__lock__`
 //! and `__rlock__`) and ten digits contends, in the order of those digits. An exclusive,
@@ -41,14 +41,17 @@
 //! writer), and is woken by that node's deletion: no polling. The first come are the first
 //! served, so exclusive and fair locks are the same recipe.
 //!
-//! A permit is held while fewer than the semaphore's count of leases come before its
-//! lease. Curator's acquirers also queue at a mutex on `/locks/K/locks` and count every
-//! lease, a rule that admits no lease this one refuses, so both share a semaphore; a
-//! stream of ours can keep a Curator acquirer waiting, as it does not queue at that
-//! mutex. The count is stored as the data of `/locks/K` itself, which Curator never
-//! reads, on first use (asking with another is [`LockError::Config`]); it goes with the
-//! node once the semaphore is idle. Leases keep every other kind out of `K`, and a lease
-//! that finds another kind contending for `K` gives way to it.
+//! A semaphore's acquirer does what Curator's `InterProcessSemaphoreV2` does, so that
+//! Curator's acquirers and ours queue in one line: it takes the mutex `/locks/K/locks`
+//! (the exclusive recipe above, on that node), creates its lease, waits, still holding
+//! the mutex, until there are no more leases than the count, and releases the mutex. The
+//! lease holds its permit until it is deleted. An acquire dropped while it waits deletes
+//! its lease and its node under the mutex in the background; one that reaches its
+//! deadline deletes them before it returns. The count is stored as the data of
+//! `/locks/K` itself, which Curator never reads, on first use (asking with another is
+//! [`LockError::Config`]); it goes with the node once the semaphore is idle. Leases keep
+//! every other kind out of `K`, and a lease that finds another kind contending for `K`
+//! gives way to it.
 //!
 //! A hold's fencing token is its node's creation zxid (`czxid`): every later node of the
 //! lock is created later, across leader elections too, and any client can read it.
@@ -56,7 +59,9 @@
 //! # Sharing a lock with Curator and kazoo
 //!
 //! A Java service shares the lock `K` with `new InterProcessMutex(client, "/locks/K")`
-//! (or `InterProcessReadWriteLock` on the same path), on the same ensemble and chroot.
+//! (or `InterProcessReadWriteLock` on the same path), on the same ensemble and chroot,
+//! and the semaphore `K` of count `n` with `new InterProcessSemaphoreV2(client,
+//! "/locks/K", n)`.
 //! A kazoo `Lock` on the same path is counted too, but Curator orders the children by the
 //! text after their last `lock-`, and kazoo's `__lock__` nodes have none, so a Curator
 //! client misorders them; `extra_lock_patterns=["-lock-"]` on the kazoo side does not

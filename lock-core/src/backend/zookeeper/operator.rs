@@ -5,7 +5,7 @@ use zookeeper_client as zk;
 
 use super::path;
 use super::recipe::{LEASES, delete, zxid};
-use super::semaphore::{contenders_and_leases, stored_count};
+use super::semaphore::{MUTEX, contenders_and_leases, stored_count};
 use super::session::Session;
 use super::{ZooKeeperStore, failed};
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
@@ -72,7 +72,7 @@ impl ZooKeeperStore {
 /// Who holds the lock whose node is `dir`: the first owner node, or the readers before
 /// the first owner, with every other contender waiting; or else, when no other kind
 /// contends, the first leases of its semaphore up to its stored count (all of them
-/// without one), with the others waiting.
+/// without one), with the acquirers queued at its mutex waiting.
 async fn holding(session: &Session, dir: &str) -> Result<Holding, zk::Error> {
     let (contenders, leases) = contenders_and_leases(session, dir).await?;
     let holders = path::holders(&contenders);
@@ -86,21 +86,33 @@ async fn holding(session: &Session, dir: &str) -> Result<Holding, zk::Error> {
             waiting: contenders.len() - holders.len(),
         });
     }
-    let count = if leases.is_empty() {
-        None
-    } else {
-        stored_count(session, dir).await?
-    };
+    if leases.is_empty() {
+        return Ok(Holding {
+            kind: None,
+            holders: Vec::new(),
+            waiting: 0,
+        });
+    }
+    let count = stored_count(session, dir).await?;
     let mut leases = path::leases(leases);
-    let held = count.map_or(leases.len(), |count| leases.len().min(count as usize));
-    let waiting = leases.len() - held;
-    leases.truncate(held);
+    leases.truncate(count.map_or(leases.len(), |count| count as usize));
     Ok(Holding {
         kind: count.map(|permits| LockKind::Semaphore { permits }),
         holders: leases
             .into_iter()
             .map(|name| (format!("{dir}/{LEASES}/{name}"), name))
             .collect(),
-        waiting,
+        waiting: queued_at_mutex(session, dir).await?,
     })
+}
+
+/// How many acquirers of the semaphore whose node is `dir` are queued at its mutex: the
+/// first of them waits for room, or is about to release it.
+async fn queued_at_mutex(session: &Session, dir: &str) -> Result<usize, zk::Error> {
+    let mutex = format!("{dir}/{MUTEX}");
+    match session.retry(|| session.client.list_children(&mutex)).await {
+        Ok(children) => Ok(path::contenders(children).len()),
+        Err(zk::Error::NoNode) => Ok(0),
+        Err(e) => Err(e),
+    }
 }

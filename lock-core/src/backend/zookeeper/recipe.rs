@@ -1,6 +1,7 @@
-//! Curator's lock recipe (`LockInternals`), for exclusive, fair, read and write holds:
-//! an EPHEMERAL_SEQUENTIAL node under the lock's CONTAINER node, held once no node it
-//! waits for is before it; until then it watches the one it waits for, and nothing else.
+//! Curator's lock recipe (`LockInternals`), for exclusive, fair, read and write holds,
+//! and for a semaphore's mutex: an EPHEMERAL_SEQUENTIAL node under the lock's CONTAINER
+//! node, held once no node it waits for is before it; until then it watches the one it
+//! waits for, and nothing else.
 
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
@@ -38,30 +39,45 @@ impl ZooKeeperStore {
         session: &Session,
         request: &Acquire,
     ) -> Result<Outcome, LockError> {
-        let session = session.clone();
         let dir = self.lock_path(&request.key);
         let prefix = path::node_prefix(&request.token, request.kind);
-        let mut pending = Pending::new(self, &session, &dir, prefix);
-        let (name, fence) = create(&session, &dir, &pending.prefix)
+        let Some((node, fence)) = self.take_turn(session, &dir, prefix, request).await? else {
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let lost = self
+            .0
+            .holds
+            .insert(&request.token, session.clone(), node.hold());
+        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+    }
+
+    /// Creates the node `{dir}/{prefix}{sequence}` and waits until it holds the lock
+    /// whose node is `dir`, or `request`'s deadline: the node, still [`Pending`], and its
+    /// creation zxid; `None` at the deadline, the node deleted.
+    pub(super) async fn take_turn(
+        &self,
+        session: &Session,
+        dir: &str,
+        prefix: String,
+        request: &Acquire,
+    ) -> Result<Option<(Pending, u64)>, LockError> {
+        let key = &request.key;
+        let mut pending = Pending::new(self, session, dir, prefix);
+        let (name, fence) = create(session, dir, &pending.prefix)
             .await
-            .map_err(|e| failed(&request.key, "create its node", e))?;
+            .map_err(|e| failed(key, "create its node", e))?;
         pending.name = Some(name.clone());
-        let turn = wait_turn(&session, &dir, &name, request.deadline)
+        let turn = wait_turn(session, dir, &name, request.deadline)
             .await
-            .map_err(|e| failed(&request.key, "wait for its turn", e))?;
-        let node = format!("{dir}/{name}");
+            .map_err(|e| failed(key, "wait for its turn", e))?;
         match turn {
-            Turn::Mine => {
-                pending.settle();
-                let lost = self.0.holds.insert(&request.token, session, node);
-                Ok(Outcome::Acquired(Acquired::session(fence, lost)))
-            }
+            Turn::Mine => Ok(Some((pending, fence))),
             Turn::Deadline => {
-                delete(&session, &node)
+                pending
+                    .delete()
                     .await
-                    .map_err(|e| failed(&request.key, "give up its place", e))?;
-                pending.settle();
-                Ok(Outcome::Held { holder_ttl: None })
+                    .map_err(|e| failed(key, "give up its place", e))?;
+                Ok(None)
             }
         }
     }
@@ -227,9 +243,10 @@ pub(super) fn zxid(stat: zk::Stat) -> u64 {
     u64::try_from(stat.czxid).unwrap_or(0)
 }
 
-/// A node being created or waiting for its turn: if the acquire is dropped before it
-/// settles, its node is deleted in the background (found by its prefix if its create's
-/// answer never came).
+/// A node being created or waiting for its turn (or a semaphore's mutex, held while its
+/// lease waits): if it is dropped before it is [held](Self::hold) or
+/// [deleted](Self::delete), as when its acquire is dropped, its node is deleted in the
+/// background (found by its prefix if its create's answer never came).
 pub(super) struct Pending {
     store: ZooKeeperStore,
     session: Session,
@@ -257,9 +274,21 @@ impl Pending {
         }
     }
 
-    /// The node is the hold's now, or it was given up: nothing to delete when dropped.
-    pub(super) fn settle(&mut self) {
+    /// The node is the hold's now: its path, which is not deleted when this is dropped.
+    pub(super) fn hold(mut self) -> String {
         self.settled = true;
+        let name = self.name.take().unwrap_or_default();
+        format!("{}/{name}", self.dir)
+    }
+
+    /// Deletes the node, if it was made, before it returns (in the background, when
+    /// dropped, if it cannot): nothing is left of it.
+    pub(super) async fn delete(&mut self) -> Result<(), zk::Error> {
+        if let Some(name) = &self.name {
+            delete(&self.session, &format!("{}/{name}", self.dir)).await?;
+        }
+        self.settled = true;
+        Ok(())
     }
 }
 

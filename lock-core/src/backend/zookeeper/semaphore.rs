@@ -1,12 +1,19 @@
-//! Semaphores on Curator's lease nodes (`InterProcessSemaphoreV2`):
-//! `{path}/leases/_c_{uuid}-lease-{seq}`, one per permit held or asked for. A lease holds
-//! its permit while fewer than the count of leases come before it (by sequence). Curator's
-//! acquirers also take a mutex on `{path}/locks` while they count, and hold a lease while
-//! there are no more leases than the count: a rule that admits no lease ours would not,
-//! so the two share a semaphore safely, and ours need not queue at that mutex. The count
-//! is the data of the lock's own node `{path}`, which Curator never reads (its count is an
-//! argument, or a `SharedCount` elsewhere): stored on first use, and gone with the node
-//! once the semaphore is idle.
+//! Semaphores by the protocol of Curator's `InterProcessSemaphoreV2`, so that its
+//! acquirers and ours take turns in one queue. An acquirer of a permit of the lock whose
+//! node is `{path}`:
+//!
+//! 1. takes the mutex on `{path}/locks`: the exclusive recipe of [`recipe`](super::recipe)
+//!    on that node;
+//! 2. creates its lease, `{path}/leases/_c_{uuid}-lease-{seq}`;
+//! 3. still holding the mutex, waits until there are no more leases than the count,
+//!    watching the leases (and the count);
+//! 4. releases the mutex.
+//!
+//! The lease then holds its permit until it is deleted; its creation zxid is the fencing
+//! token. The count is the data of the lock's own node `{path}`, which Curator never
+//! reads (its count is an argument, or a `SharedCount` elsewhere): stored on first use,
+//! and gone with the node once the semaphore is idle. Leases keep the lock's other kinds
+//! out, and a lease that finds another kind contending for the lock gives way to it.
 
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
@@ -16,7 +23,11 @@ use super::recipe::{LEASES, Pending, create, delete, list_both};
 use super::session::Session;
 use super::{ZooKeeperStore, failed};
 use crate::backend::store::{Acquire, Acquired, Outcome};
-use crate::{LockError, LockKey};
+use crate::{LockError, LockKey, LockKind};
+
+/// The child of a lock's node on which its semaphore's acquirers take their turns
+/// (Curator's `InterProcessSemaphoreV2` takes an `InterProcessMutex` there).
+pub(super) const MUTEX: &str = "locks";
 
 /// How a lock's node is made when a count is stored before any hold made it.
 const PARENT: zk::CreateOptions<'static> =
@@ -33,26 +44,35 @@ impl ZooKeeperStore {
         permits: u32,
     ) -> Result<Outcome, LockError> {
         let key = &request.key;
-        let session = session.clone();
         let dir = self.lock_path(key);
-        keep_count(&session, &dir, key, permits).await?;
-        let leases = format!("{dir}/{LEASES}");
-        let prefix = path::node_prefix(&request.token, request.kind);
-        let mut lease = Pending::new(self, &session, &leases, prefix);
-        let room = wait_for_room(&session, &dir, &mut lease, permits, request.deadline)
-            .await
-            .map_err(|e| failed(key, "wait for a permit", e))?;
-        let Some((node, fence)) = room else {
-            if let Some(name) = &lease.name {
-                delete(&session, &format!("{leases}/{name}"))
-                    .await
-                    .map_err(|e| failed(key, "give up its lease", e))?;
-            }
-            lease.settle();
+        keep_count(session, &dir, key, permits).await?;
+        let mutex = format!("{dir}/{MUTEX}");
+        let prefix = path::node_prefix(&request.token, LockKind::Exclusive);
+        let Some((mut mutex, _)) = self.take_turn(session, &mutex, prefix, request).await? else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
-        lease.settle();
-        let lost = self.0.holds.insert(&request.token, session, node);
+        let prefix = path::node_prefix(&request.token, request.kind);
+        let mut lease = Pending::new(self, session, &format!("{dir}/{LEASES}"), prefix);
+        let room = wait_for_room(session, &dir, &mut lease, permits, request.deadline)
+            .await
+            .map_err(|e| failed(key, "wait for a permit", e))?;
+        if room.is_none() {
+            lease
+                .delete()
+                .await
+                .map_err(|e| failed(key, "give up its lease", e))?;
+        }
+        mutex
+            .delete()
+            .await
+            .map_err(|e| failed(key, "release its mutex", e))?;
+        let Some(fence) = room else {
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let lost = self
+            .0
+            .holds
+            .insert(&request.token, session.clone(), lease.hold());
         Ok(Outcome::Acquired(Acquired::session(fence, lost)))
     }
 
@@ -100,17 +120,18 @@ impl ZooKeeperStore {
     }
 }
 
-/// Waits until the lease `lease` holds a permit: no other kind contends for the lock
-/// (its lease is given up while one does, so that the other goes first), and fewer than
-/// the count of leases come before it. Its node and fencing token, or `None` at the
-/// deadline (its lease, if made, still there for the caller to delete).
+/// Waits, while its acquirer holds the mutex, until `lease` holds a permit: the lease
+/// made (again, if it gave way), no other kind contends for the lock (the lease is given
+/// up while one does, so that the other goes first), and no more leases than the count.
+/// The lease's creation zxid, or `None` at the deadline (its lease, if made, still there
+/// for the caller to delete).
 async fn wait_for_room(
     session: &Session,
     dir: &str,
     lease: &mut Pending,
     permits: u32,
     deadline: Instant,
-) -> Result<Option<(String, u64)>, zk::Error> {
+) -> Result<Option<u64>, zk::Error> {
     let leases_dir = format!("{dir}/{LEASES}");
     let mut fence = 0;
     loop {
@@ -134,17 +155,17 @@ async fn wait_for_room(
             }
         } else {
             let count = stored_count(session, dir).await?.unwrap_or(permits);
-            if admitted(leases, &mine, count)? {
-                return Ok(Some((format!("{leases_dir}/{mine}"), fence)));
+            if room(&leases, &mine, count)? {
+                return Ok(Some(fence));
             }
             let leases = session.retry(|| session.client.list_and_watch_children(&leases_dir));
             let count = session.retry(|| session.client.get_and_watch_data(dir));
             let ((leases, leases_changed), (count, _, count_changed)) =
                 tokio::try_join!(leases, count)?;
-            // What the watches were set on may already admit it: a lease given back, or
+            // What the watches were set on may already let it in: a lease given back, or
             // the count raised, between the first look and the watches.
             let count = parse_count(&count).unwrap_or(permits);
-            if admitted(leases, &mine, count)? {
+            if room(&leases, &mine, count)? {
                 continue;
             }
             vec![leases_changed, count_changed]
@@ -162,13 +183,14 @@ async fn wait_for_room(
     }
 }
 
-/// Whether the lease `mine` holds a permit among `leases`: fewer than `count` come
-/// before it. `NoNode` if it is not among them.
-fn admitted(leases: Vec<String>, mine: &str, count: u32) -> Result<bool, zk::Error> {
-    let leases = path::leases(leases);
-    let position = leases.iter().position(|l| l == mine);
-    let position = position.ok_or(zk::Error::NoNode)?;
-    Ok(position < count as usize)
+/// Whether the lease `mine` has room among `leases`: there are no more of them than
+/// `count`, counted as Curator counts them (every child of the leases' node). `NoNode` if
+/// it is not among them.
+fn room(leases: &[String], mine: &str, count: u32) -> Result<bool, zk::Error> {
+    if !leases.iter().any(|lease| lease == mine) {
+        return Err(zk::Error::NoNode);
+    }
+    Ok(leases.len() <= count as usize)
 }
 
 /// The contenders of other kinds for the lock whose node is `dir`, and its leases.
