@@ -2,7 +2,8 @@
 //!
 //! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis ([`RedisStore`], or
 //! [`RedLockStore`] over independent masters), this process's memory ([`MemoryStore`]),
-//! a ZooKeeper ensemble (`ZooKeeperStore`, with the `zookeeper` feature), or one of your
+//! a ZooKeeper ensemble (`ZooKeeperStore`, with the `zookeeper` feature), a PostgreSQL
+//! database (`PostgresStore`, with the `postgres` feature), or one of your
 //! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
 //! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
 //! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
@@ -171,6 +172,8 @@
 
 pub(crate) mod fence;
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod release;
@@ -179,6 +182,8 @@ pub(crate) mod store;
 pub mod zookeeper;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 #[cfg(feature = "zookeeper")]

@@ -1,0 +1,205 @@
+//! Configuring a PostgreSQL store: its database, and every setting of its own.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tokio_postgres::Config;
+
+use super::PostgresStore;
+use super::key::KeyMapping;
+use super::session::Connect;
+use crate::LockError;
+
+/// How many connections a store opens at most, unless told otherwise: five services'
+/// stores fit in a server's default `max_connections` (100) with room to spare.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10;
+/// The table the fencing tokens are counted in, unless told otherwise.
+pub const DEFAULT_FENCE_TABLE: &str = "lock_fences";
+/// How long a holding session may stay idle before the server ends it, unless told
+/// otherwise.
+pub const DEFAULT_SESSION_LEASE: Duration = Duration::from_secs(30);
+
+/// Configures a [`PostgresStore`]: the database it connects to (given to
+/// [`PostgresStore::builder`]), and every setting of its own, each optional.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lock_core::Locker;
+/// use lock_core::backend::PostgresStore;
+/// use lock_core::backend::postgres::KeyMapping;
+///
+/// let store = PostgresStore::builder("postgres://billing:s3cret@10.0.0.5:5432/billing")
+///     .max_connections(4)
+///     .fence_table("billing.lock_fences")
+///     .key_mapping(KeyMapping::DistributedLock)
+///     .session_lease(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// let locker = Locker::builder().store(Arc::new(store)).build().await?;
+/// # let _ = locker;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A setting out of range is refused by [`build`](Self::build) before anything is
+/// connected to, with [`LockError::Config`]:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use lock_core::backend::PostgresStore;
+///
+/// let err = PostgresStore::builder("postgres://127.0.0.1:1/db")
+///     .fence_table("fences; DROP TABLE accounts")
+///     .build()
+///     .await
+///     .unwrap_err();
+/// assert!(err.is_config(), "{err}");
+/// assert!(err.to_string().contains("fence table"), "{err}");
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStoreBuilder {
+    url: String,
+    max_connections: usize,
+    fence_table: String,
+    key_mapping: KeyMapping,
+    session_lease: Duration,
+}
+
+impl PostgresStoreBuilder {
+    pub(super) fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            fence_table: DEFAULT_FENCE_TABLE.to_owned(),
+            key_mapping: KeyMapping::default(),
+            session_lease: DEFAULT_SESSION_LEASE,
+        }
+    }
+
+    /// How many connections the store opens at most ([`DEFAULT_MAX_CONNECTIONS`] unless
+    /// told otherwise). Holds share them; a connection waiting inside the server for a
+    /// lock holds nothing else. When every one is busy waiting, a further acquire waits
+    /// for one to come free, until its deadline.
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// The table that counts each lock's fencing tokens ([`DEFAULT_FENCE_TABLE`] unless
+    /// told otherwise), created on first use: a name, or `schema.name`, of ASCII letters,
+    /// digits and `_`.
+    pub fn fence_table(mut self, table: impl Into<String>) -> Self {
+        self.fence_table = table.into();
+        self
+    }
+
+    /// How a lock's name becomes its advisory key ([`KeyMapping::DistributedLock`]
+    /// unless told otherwise).
+    pub fn key_mapping(mut self, mapping: KeyMapping) -> Self {
+        self.key_mapping = mapping;
+        self
+    }
+
+    /// How long a session may stay idle before the server ends it, with its holds
+    /// (`idle_session_timeout`; [`DEFAULT_SESSION_LEASE`] unless told otherwise). The
+    /// store keeps its sessions busy while it runs, so a holder that is paused or wedged
+    /// loses its locks about one lease later. At least 1 s.
+    pub fn session_lease(mut self, lease: Duration) -> Self {
+        self.session_lease = lease;
+        self
+    }
+
+    /// Checks the settings, then connects and creates the fence table if it is missing,
+    /// so that a wrong address or password fails here, with the cause.
+    pub async fn build(self) -> Result<PostgresStore, LockError> {
+        let config = self.check()?;
+        let connect = Connect {
+            config,
+            lease: self.session_lease,
+        };
+        PostgresStore::connect(
+            connect,
+            self.max_connections,
+            self.fence_table,
+            self.key_mapping,
+        )
+        .await
+    }
+
+    fn check(&self) -> Result<Config, LockError> {
+        let config = Config::from_str(&self.url)
+            .map_err(|e| LockError::Config(format!("postgres url is not valid: {e}")))?;
+        if self.max_connections == 0 {
+            return Err(LockError::Config(
+                "postgres max_connections must be at least 1".into(),
+            ));
+        }
+        if self.session_lease < Duration::from_secs(1)
+            || self.session_lease.as_millis() > i32::MAX as u128
+        {
+            return Err(LockError::Config(format!(
+                "postgres session lease {:?} is out of range (1 s to about 24 days)",
+                self.session_lease
+            )));
+        }
+        check_table(&self.fence_table)?;
+        Ok(config)
+    }
+}
+
+/// A table name is one or two parts of ASCII letters, digits and `_`, not starting
+/// with a digit: nothing that needs quoting.
+fn check_table(table: &str) -> Result<(), LockError> {
+    let part_ok = |part: &str| {
+        part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && part.bytes().next().is_some_and(|b| !b.is_ascii_digit())
+    };
+    let parts: Vec<&str> = table.split('.').collect();
+    if parts.len() <= 2 && parts.iter().all(|p| part_ok(p)) {
+        return Ok(());
+    }
+    Err(LockError::Config(format!(
+        "postgres fence table {table:?} must be a name or schema.name of ASCII letters, digits and '_'"
+    )))
+}
+
+/// Never shows the password.
+impl fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStoreBuilder")
+            .field("url", &crate::backend::redis::redact(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("fence_table", &self.fence_table)
+            .field("key_mapping", &self.key_mapping)
+            .field("session_lease", &self.session_lease)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_tables_are_plain_names() {
+        for good in ["lock_fences", "app.fences", "_f1"] {
+            check_table(good).unwrap();
+        }
+        for bad in ["", "1f", "a.b.c", "a b", "f;drop", "\"f\"", "a."] {
+            assert!(check_table(bad).unwrap_err().is_config(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_password_is_never_shown() {
+        let builder = PostgresStoreBuilder::new("postgres://me:s3cret@h:5432/db");
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+}

@@ -1,0 +1,305 @@
+//! Locks as PostgreSQL advisory locks, keyed as madelson's DistributedLock keys them,
+//! fenced by a counter table: [`PostgresStore`].
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use lock_core::Locker;
+//!
+//! let locker = Locker::postgres("postgres://app:secret@10.0.0.5:5432/app").await?;
+//! let guard = locker.lock("balance:42").await?;
+//! // Strictly greater for every later hold of the name by this crate, across restarts.
+//! let fence = guard.fencing_token();
+//! # let _ = fence;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Keys
+//!
+//! The lock `K` is the advisory lock that [`KeyMapping::DistributedLock`] gives for `K`
+//! (see there): a .NET service's `new PostgresDistributedLock(new
+//! PostgresAdvisoryLockKey("K", allowHashing: true), connectionString)` takes the same
+//! lock. An ASCII name of at most 9 characters is a pair of int4 keys
+//! (`pg_advisory_lock(int4, int4)`), and a hashed name one bigint; a peer must pass the
+//! same form, as the two are different locks. For an explicit key (sqlx's migration
+//! lock, hand-written SQL), lock the name that [`AdvisoryKey`] displays (16 hex digits, or
+//! `XXXXXXXX,XXXXXXXX`).
+//!
+//! The advisory key is all PostgreSQL knows of a lock: a [`Locker`](crate::Locker)'s
+//! namespace is part of the name, and so of the key, but two applications sharing one
+//! database keep their locks apart only by naming them apart (a prefix of their own, such
+//! as `billing:`), or by using databases of their own (advisory locks are per database).
+//!
+//! # Kinds
+//!
+//! | kind | server side |
+//! |---|---|
+//! | exclusive, fair, write | `pg_advisory_lock` |
+//! | read | `pg_advisory_lock_shared`, on the same key |
+//! | semaphore | unsupported: PostgreSQL has no counted advisory lock, and a faithful one is not written yet |
+//!
+//! A wait happens inside the server: `pg_advisory_lock` under `SET lock_timeout`, on a
+//! session that holds nothing else, so the server's first-come-first-served queue orders
+//! every waiter, foreign ones included, and a release by anyone (`psql`, DistributedLock)
+//! wakes the next at once. Exclusive and fair locks are therefore the same. Within one
+//! store, one session at most waits on a name, and holders of one name are kept apart
+//! locally (a session never blocks itself); a lock that is free is taken in one attempt
+//! (`pg_try_advisory_lock`) on any session that is not waiting, so holds share sessions.
+//!
+//! # Fencing tokens
+//!
+//! The statement that takes a lock also draws its token from the fence table
+//! ([`PostgresStoreBuilder::fence_table`], created on first use): `INSERT ..
+//! ON CONFLICT (name) DO UPDATE SET fence = fence + 1 RETURNING fence`, one row a name,
+//! durable across server restarts. Only this crate's holders draw one: a foreign holder
+//! of the same key does not.
+//!
+//! # Sessions
+//!
+//! A hold lasts as long as its session. The server ends a session idle for longer than
+//! the [session lease](PostgresStoreBuilder::session_lease) (`idle_session_timeout`,
+//! PostgreSQL 14 or later), and the store sends an empty statement on each of its
+//! sessions every third of a lease, so a process that is paused or wedged loses its locks
+//! about one lease later. When a session ends (its connection drops, an operator's
+//! `pg_terminate_backend`, a server restart or failover), every hold on it reports
+//! [`lost`](crate::LockGuard::lost) at once and `with_lock` is cancelled.
+//! [`force_unlock`](crate::Locker::force_unlock) ends the sessions that hold the lock,
+//! with every other hold on them.
+
+mod builder;
+mod holds;
+mod key;
+mod operator;
+mod session;
+mod take;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+pub use builder::{
+    DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, PostgresStoreBuilder,
+};
+use holds::{Gates, Holds};
+pub use key::{AdvisoryKey, KeyMapping};
+use session::{Connect, Sessions};
+use take::Taken;
+
+use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::{LockError, LockKey, LockKind};
+
+/// Locks as PostgreSQL advisory locks: see the [module docs](crate::backend::postgres)
+/// for the keys, the kinds, the fencing tokens and the sessions. Made with
+/// [`PostgresStore::builder`], or by [`Locker::postgres`](crate::Locker::postgres).
+/// Cheap to clone: clones share the sessions.
+#[derive(Clone)]
+pub struct PostgresStore(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    sessions: Sessions,
+    fence_table: String,
+    mapping: KeyMapping,
+    gates: Gates,
+    holds: Holds,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("fence_table", &self.0.fence_table)
+            .field("mapping", &self.0.mapping)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Configures a store on the database of `url`, such as
+    /// `"postgres://user:pass@host:5432/db"` (or libpq's `key=value` form). See
+    /// [`PostgresStoreBuilder`].
+    pub fn builder(url: &str) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::new(url)
+    }
+
+    /// Ends every session of this store, as if each connection dropped: every hold on
+    /// them reports [`lost`](crate::LockGuard::lost). The next acquisition opens a new
+    /// session.
+    pub fn end_session(&self) {
+        self.0.sessions.end_all();
+    }
+
+    /// Opens the first session and creates the fence table if it is missing.
+    async fn connect(
+        connect: Connect,
+        max_connections: usize,
+        fence_table: String,
+        mapping: KeyMapping,
+    ) -> Result<Self, LockError> {
+        let store = Self(Arc::new(Inner {
+            sessions: Sessions::new(connect, max_connections),
+            fence_table,
+            mapping,
+            gates: Gates::default(),
+            holds: Holds::default(),
+        }));
+        store.create_fence_table().await?;
+        Ok(store)
+    }
+
+    async fn create_fence_table(&self) -> Result<(), LockError> {
+        let Some(session) = self.0.sessions.for_attempt().await? else {
+            return Ok(());
+        };
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, fence bigint NOT NULL)",
+            self.0.fence_table
+        );
+        match session.client.batch_execute(&sql).await {
+            Ok(()) => Ok(()),
+            // Another store created it at the same moment.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                Ok(())
+            }
+            Err(e) => Err(LockError::backend(
+                format!(
+                    "postgres: cannot create the fence table {}",
+                    self.0.fence_table
+                ),
+                e,
+            )),
+        }
+    }
+
+    /// Takes the lock on the server, in a task of its own, so that an acquire dropped
+    /// at any point leaves no lock behind: what the task takes after that is given back.
+    async fn acquire_lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
+        let name = request.key.as_str();
+        let key = self.0.mapping.key(name);
+        let entered = timeout_at(request.deadline, self.0.gates.enter(name, request.kind)).await;
+        let Ok(pass) = entered else {
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let abandoned = CancellationToken::new();
+        let _abandon_when_dropped = abandoned.clone().drop_guard();
+        let (sender, taken) = oneshot::channel();
+        let store = self.clone();
+        let request_owned = request.clone();
+        tokio::spawn(async move {
+            let taken = store.take(&request_owned, key, abandoned).await;
+            let _ = sender.send(taken);
+        });
+        let taken = taken
+            .await
+            .map_err(|e| take::failed_task(name, e))??
+            .and_then(Taken::claim);
+        let Some((session, fence)) = taken else {
+            drop(pass);
+            self.0.gates.tidy();
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let lost = self
+            .0
+            .holds
+            .insert(&request.token, session, key, request.kind, pass);
+        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+    }
+
+    /// One attempt on a shared session; then, unless the deadline has passed, a wait
+    /// inside the server on a session of its own, this store's only one on the name.
+    async fn take(
+        &self,
+        request: &Acquire,
+        key: AdvisoryKey,
+        abandoned: CancellationToken,
+    ) -> Result<Option<Taken>, LockError> {
+        let name = request.key.as_str();
+        let table = &self.0.fence_table;
+        if let Some(session) = self.0.sessions.for_attempt().await? {
+            if let Some(taken) = take::once(session, table, name, key, request.kind).await? {
+                return Ok(Some(taken));
+            }
+        }
+        if Instant::now() >= request.deadline {
+            return Ok(None);
+        }
+        let Ok(_turn) = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await else {
+            return Ok(None);
+        };
+        let Some(waiting) = self.0.sessions.for_wait(request.deadline).await? else {
+            return Ok(None);
+        };
+        let session = waiting.session.clone();
+        take::wait(
+            session,
+            table,
+            name,
+            key,
+            request.kind,
+            request.deadline,
+            abandoned,
+        )
+        .await
+    }
+
+    async fn release_hold(&self, token: &str) -> Result<bool, LockError> {
+        let Some(held) = self.0.holds.release(token) else {
+            return Ok(false);
+        };
+        let session = held.session.clone();
+        let freed = if session.has_ended() {
+            Ok(false)
+        } else {
+            take::unlock(&session.client, held.key, held.kind).await
+        };
+        session.hold_given_back();
+        drop(held);
+        self.0.gates.tidy();
+        match freed {
+            Ok(freed) => Ok(freed),
+            Err(_) if session.has_ended() => Ok(false),
+            Err(e) => {
+                // Whether it was freed is unknown: ending the session frees it.
+                session.end();
+                Err(LockError::backend("postgres: cannot release a lock", e))
+            }
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    /// Exclusive, fair, read and write; not semaphores (see the module docs).
+    fn supports(&self, kind: LockKind) -> bool {
+        !matches!(kind, LockKind::Semaphore { .. })
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        Box::pin(self.acquire_lock(request))
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(self.release_hold(hold.token))
+    }
+
+    /// Nothing to renew: every hold is a session's.
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        Box::pin(std::future::ready(Ok(vec![None; leases.len()])))
+    }
+
+    /// Whether the hold's session lives.
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(self.0.holds.is_live(hold.token))))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(self.force_unlock_lock(key))
+    }
+}
