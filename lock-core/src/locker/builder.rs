@@ -8,6 +8,8 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
+#[cfg(feature = "postgres")]
+use crate::backend::PostgresStore;
 #[cfg(feature = "zookeeper")]
 use crate::backend::ZooKeeperStore;
 use crate::backend::redis::redact;
@@ -86,6 +88,8 @@ enum Choice {
     Store(Arc<dyn Store>),
     #[cfg(feature = "zookeeper")]
     ZooKeeper(String),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
 }
 
 impl Choice {
@@ -96,6 +100,8 @@ impl Choice {
             Self::RedLock(_) => 0,
             #[cfg(feature = "zookeeper")]
             Self::ZooKeeper(_) => 0,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => 0,
             Self::Cluster => 1,
             Self::Sentinel => 2,
             Self::Store(_) => 3,
@@ -122,6 +128,8 @@ impl fmt::Debug for Choice {
             Self::ZooKeeper(connect_string) => {
                 f.debug_tuple("ZooKeeper").field(connect_string).finish()
             }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(url) => f.debug_tuple("Postgres").field(&redact(url)).finish(),
         }
     }
 }
@@ -211,6 +219,15 @@ impl LockerBuilder {
     #[cfg(feature = "zookeeper")]
     pub fn zookeeper(self, connect_string: &str) -> Self {
         self.choose(Choice::ZooKeeper(connect_string.to_owned()))
+    }
+
+    /// Keep the locks as advisory locks in the PostgreSQL database of `url` (see
+    /// [`Locker::postgres`]). Shorthand for
+    /// [`PostgresStore::builder`](crate::backend::PostgresStore::builder) with its default
+    /// settings; build the store yourself for others.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(self, url: &str) -> Self {
+        self.choose(Choice::Postgres(url.to_owned()))
     }
 
     /// Keep the locks in `store`: one built by its own builder (a
@@ -334,6 +351,8 @@ impl LockerBuilder {
             Choice::ZooKeeper(connect_string) => {
                 Arc::new(ZooKeeperStore::builder(&connect_string).build().await?)
             }
+            #[cfg(feature = "postgres")]
+            Choice::Postgres(url) => Arc::new(PostgresStore::builder(&url).build().await?),
         };
         Ok(Locker::on(store, defaults, max_key_len))
     }
@@ -376,6 +395,10 @@ fn sole(
         #[cfg(feature = "zookeeper")]
         Some(Choice::ZooKeeper(_)) if combined => refuse(
             "zookeeper(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..)",
+        ),
+        #[cfg(feature = "postgres")]
+        Some(Choice::Postgres(_)) if combined => refuse(
+            "postgres(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), in_memory() or store(..)",
         ),
         Some(choice @ Choice::RedLock(_)) => Ok(choice),
         _ if redlock_drift.is_some() => refuse("redlock_drift(..) applies only to redlock(..)"),

@@ -212,6 +212,30 @@ impl Locker {
         Self::builder().zookeeper(connect_string).build().await
     }
 
+    /// Keeps the locks as advisory locks in the PostgreSQL database of `url` (such as
+    /// `"postgres://user:pass@host:5432/db"`), keyed as madelson's DistributedLock keys
+    /// them, so that a .NET service's `PostgresDistributedLock` on the name `K` shares the
+    /// lock `K`. Holds last as long as their session, which the server ends once it is
+    /// idle for a lease (30 s); fencing tokens come from a counter table. See
+    /// [`crate::backend::postgres`].
+    ///
+    /// Shorthand for a [`PostgresStore`](crate::backend::PostgresStore) with its default
+    /// settings, plugged in with [`LockerBuilder::store`].
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::postgres("postgres://app:secret@10.0.0.5:5432/app").await?;
+    /// let guard = locker.lock("report:7").await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: &str) -> Result<Locker, LockError> {
+        Self::builder().postgres(url).build().await
+    }
+
     /// Starts configuring a `Locker`.
     pub fn builder() -> LockerBuilder {
         LockerBuilder::default()
