@@ -64,7 +64,9 @@ pub(super) struct Held {
     pub(super) session: Arc<Session>,
     pub(super) key: AdvisoryKey,
     pub(super) kind: LockKind,
-    _pass: Pass,
+    /// Given up as soon as the session ends, so that the store's other holders of the
+    /// name need not wait for this hold's owner to let go of it.
+    _pass: Arc<Mutex<Option<Pass>>>,
     released: CancellationToken,
 }
 
@@ -85,11 +87,15 @@ impl Holds {
     ) -> impl Future<Output = ()> + Send + 'static {
         let released = CancellationToken::new();
         let ended = session.ended();
+        let pass = Arc::new(Mutex::new(Some(pass)));
         let lost = {
             let released = released.clone();
+            let pass = pass.clone();
             async move {
                 tokio::select! {
-                    () = ended.cancelled() => {}
+                    () = ended.cancelled() => {
+                        pass.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    }
                     () = released.cancelled() => std::future::pending().await,
                 }
             }

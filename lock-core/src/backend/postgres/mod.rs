@@ -91,7 +91,7 @@ use session::{Connect, Sessions};
 use take::Taken;
 
 use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::{LockError, LockKey, LockKind};
+use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks as PostgreSQL advisory locks: see the [module docs](crate::backend::postgres)
 /// for the keys, the kinds, the fencing tokens and the sessions. Made with
@@ -189,7 +189,7 @@ impl PostgresStore {
         let (sender, taken) = oneshot::channel();
         let store = self.clone();
         let request_owned = request.clone();
-        tokio::spawn(async move {
+        self.0.sessions.background.spawn(async move {
             let taken = store.take(&request_owned, key, abandoned).await;
             let _ = sender.send(taken);
         });
@@ -301,5 +301,24 @@ impl Store for PostgresStore {
 
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
         Box::pin(self.force_unlock_lock(key))
+    }
+
+    /// As `pg_locks` shows the lock: each holding session by its backend's pid (in 8 hex
+    /// digits, in place of a token), as one holder however many holds it stacks; a
+    /// shared hold as a read, any other as exclusive (the server keeps exclusive, fair
+    /// and write holds alike); and the sessions waiting, foreign ones included (this
+    /// store's other tasks wait behind its one waiting session, uncounted). No lease
+    /// left, no fencing token.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        Box::pin(self.inspect_lock(key))
+    }
+
+    fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        let background = &self.0.sessions.background;
+        Box::pin(async move {
+            background.close();
+            background.wait().await;
+            background.reopen();
+        })
     }
 }

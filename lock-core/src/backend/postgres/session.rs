@@ -2,14 +2,16 @@
 //! ends it (`idle_session_timeout`) only once the process stops tending it, and each
 //! reporting its end at once.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::LockError;
 
@@ -25,6 +27,8 @@ pub(super) struct Connect {
 #[derive(Debug)]
 pub(super) struct Session {
     pub(super) client: Client,
+    /// The statements prepared on it, by their text.
+    prepared: Mutex<HashMap<String, Statement>>,
     /// Cancelled once the connection is gone, with every hold on it.
     ended: CancellationToken,
     /// How many holds live on it.
@@ -33,6 +37,8 @@ pub(super) struct Session {
     waiting: AtomicBool,
     /// The store's signal that a session may have become free to wait on.
     freed: Arc<Notify>,
+    /// The store's work that outlives the call that started it.
+    pub(super) background: TaskTracker,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -50,6 +56,21 @@ impl Session {
     /// Drops the connection: the server ends the session and frees its locks.
     pub(super) fn end(&self) {
         self.ended.cancel();
+    }
+
+    /// The statement `sql`, prepared on this session once, so that each later use is
+    /// sent at once, in order with what is sent beside it.
+    pub(super) async fn prepare(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.statements().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).await?;
+        self.statements().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    fn statements(&self) -> MutexGuard<'_, HashMap<String, Statement>> {
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(super) fn hold_taken(&self) {
@@ -71,6 +92,9 @@ pub(super) struct Sessions {
     slots: Arc<Semaphore>,
     /// Woken when a session may have become free to wait on.
     freed: Arc<Notify>,
+    /// Work that outlives the call that started it (an acquire's own task, giving back
+    /// a lock whose acquire was dropped).
+    pub(super) background: TaskTracker,
 }
 
 /// A session lent to one wait inside the server; it is free to serve others again once
@@ -95,6 +119,7 @@ impl Sessions {
             open: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(max)),
             freed: Arc::new(Notify::new()),
+            background: TaskTracker::new(),
         }
     }
 
@@ -205,10 +230,12 @@ impl Sessions {
             })?;
         let session = Arc::new(Session {
             client,
+            prepared: Mutex::default(),
             ended,
             holds: AtomicUsize::new(0),
             waiting: AtomicBool::new(false),
             freed: self.freed.clone(),
+            background: self.background.clone(),
             _slot: slot,
         });
         tokio::spawn(keep_busy(Arc::downgrade(&session), self.connect.lease / 3));

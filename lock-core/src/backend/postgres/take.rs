@@ -46,12 +46,16 @@ impl Drop for Taken {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if unlock(&session.client, key, kind).await.is_err() {
-                    session.end();
-                }
-                session.hold_given_back();
-            });
+            let background = session.background.clone();
+            background.spawn_on(
+                async move {
+                    if unlock(&session.client, key, kind).await.is_err() {
+                        session.end();
+                    }
+                    session.hold_given_back();
+                },
+                &runtime,
+            );
         } else {
             session.end();
         }
@@ -68,7 +72,7 @@ pub(super) async fn once(
     kind: LockKind,
 ) -> Result<Option<Taken>, LockError> {
     let sql = take_sql(table, key, kind, Attempt::Once);
-    match fence(&session.client, &sql, name, key).await {
+    match fence(&session, &sql, name, key).await {
         Ok(fence) => Ok(fence.map(|f| Taken::new(session, key, kind, f))),
         Err(e) => {
             session.end();
@@ -94,9 +98,10 @@ pub(super) async fn wait(
     let outcome = {
         let client = &session.client;
         let take = async {
+            session.prepare(&sql).await?;
             let (_, fence, _) = tokio::join!(
                 client.batch_execute(&timeout),
-                fence(client, &sql, name, key),
+                fence(&session, &sql, name, key),
                 client.batch_execute("SET lock_timeout = 0"),
             );
             fence
@@ -154,18 +159,19 @@ pub(super) async fn unlock(
 /// Takes the lock and, if it was taken, draws the next fencing token of `name`: one
 /// statement, one round trip.
 async fn fence(
-    client: &Client,
+    session: &Session,
     sql: &str,
     name: &str,
     key: AdvisoryKey,
 ) -> Result<Option<u64>, tokio_postgres::Error> {
+    let statement = session.prepare(sql).await?;
+    let client = &session.client;
     let rows = match key {
         AdvisoryKey::Bigint(k) => {
-            client
-                .query(sql, &[&name as &(dyn ToSql + Sync), &k])
-                .await?
+            let params: [&(dyn ToSql + Sync); 2] = [&name, &k];
+            client.query(&statement, &params).await?
         }
-        AdvisoryKey::Pair(high, low) => client.query(sql, &[&name, &high, &low]).await?,
+        AdvisoryKey::Pair(high, low) => client.query(&statement, &[&name, &high, &low]).await?,
     };
     match rows.first() {
         Some(row) => {
