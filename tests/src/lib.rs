@@ -88,8 +88,11 @@
 
 mod cluster;
 mod curator;
+mod daemon;
 mod error;
 mod keys;
+mod mariadb;
+mod postgres;
 mod process;
 mod proxy;
 mod reply;
@@ -104,6 +107,8 @@ pub use cluster::RedisCluster;
 pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
 pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
+pub use mariadb::MariaDbServer;
+pub use postgres::PostgresServer;
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use proxy::TcpProxy;
