@@ -275,7 +275,10 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if thread::panicking() {
-            print_log(&format!("[{} :{}] ", self.name, self.port), &self.log_path());
+            print_log(
+                &format!("[{} :{}] ", self.name, self.port),
+                &self.log_path(),
+            );
         }
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
@@ -284,7 +287,11 @@ impl Drop for Daemon {
 
 /// A program that could not be run: not installed (`package` installs it), or another
 /// I/O error.
-pub(crate) fn not_installed(program: &str, error: io::Error, package: &'static str) -> HarnessError {
+pub(crate) fn not_installed(
+    program: &str,
+    error: io::Error,
+    package: &'static str,
+) -> HarnessError {
     if error.kind() == io::ErrorKind::NotFound {
         HarnessError::NotInstalled {
             missing: format!("{program} not found"),

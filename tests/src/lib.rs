@@ -107,10 +107,10 @@ pub use cluster::RedisCluster;
 pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
 pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
-pub use mariadb::MariaDbServer;
-pub use postgres::PostgresServer;
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
+pub use mariadb::MariaDbServer;
+pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use reply::ValueExt;
 pub use sentinel::{MASTER_NAME, RedisSentinel};

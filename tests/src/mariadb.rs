@@ -271,11 +271,15 @@ impl MariaDbServer {
             // First, as the script requires.
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
+            // Passed on to `mariadbd --bootstrap`, as `--innodb-log-file-size` below: its
+            // temporary tables in its own dir, for a server that starts removes every
+            // `#sql*` file in its tmpdir, another's too.
+            .arg(format!("--tmpdir={}", self.daemon.dir().display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--skip-name-resolve",
-                // Passed on to `mariadbd --bootstrap`: a small redo log from the start.
+                // A small redo log from the start.
                 "--innodb-log-file-size=8M",
             ]);
         self.daemon.setup(command, INSTALL_TIMEOUT, PACKAGE)
@@ -294,6 +298,7 @@ impl MariaDbServer {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", dir.join(SOCKET).display()))
             .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
+            // Its own, as in `install`.
             .arg(format!("--tmpdir={}", dir.display()))
             .args(SETTINGS);
         // Without `--log-error`, the log goes to stderr, which is the log file.

@@ -26,7 +26,6 @@ const DATABASE: &str = "postgres";
 const SETTINGS: &[&str] = &[
     "listen_addresses=127.0.0.1",
     "fsync=off",
-    "synchronous_commit=off",
     "full_page_writes=off",
     "shared_buffers=16MB",
     "max_wal_size=64MB",
@@ -260,17 +259,14 @@ impl PostgresServer {
     /// Makes the cluster in `data/`.
     fn init(&self) -> Result<(), HarnessError> {
         let mut initdb = self.daemon.command(&self.bin.join("initdb"));
-        initdb
-            .arg("--pgdata")
-            .arg(self.data_dir())
-            .args([
-                "--username",
-                SUPERUSER,
-                "--auth=trust",
-                "--no-sync",
-                "--encoding=UTF8",
-                "--locale=C",
-            ]);
+        initdb.arg("--pgdata").arg(self.data_dir()).args([
+            "--username",
+            SUPERUSER,
+            "--auth=trust",
+            "--no-sync",
+            "--encoding=UTF8",
+            "--locale=C",
+        ]);
         self.daemon.setup(initdb, INIT_TIMEOUT, PACKAGE)
     }
 

@@ -70,7 +70,10 @@ impl Captured {
     }
 
     /// Waits as [`wait`](Self::wait) does; what it printed to stdout and to stderr, apart.
-    pub(crate) fn wait_split(mut self, deadline: Instant) -> Result<(String, String), HarnessError> {
+    pub(crate) fn wait_split(
+        mut self,
+        deadline: Instant,
+    ) -> Result<(String, String), HarnessError> {
         while !self.has_exited()? && Instant::now() < deadline {
             thread::sleep(POLL_INTERVAL);
         }
