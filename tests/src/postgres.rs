@@ -23,6 +23,7 @@ pub(crate) const SUPERUSER: &str = "postgres";
 const DATABASE: &str = "postgres";
 /// Settings for a server that starts fast and forgets at a crash of the machine, not of
 /// the process: no fsync, one loopback address, no log collector (stderr is the log).
+/// `max_connections` stays at its default, 100, which the stores' tests count on.
 const SETTINGS: &[&str] = &[
     "listen_addresses=127.0.0.1",
     "fsync=off",
@@ -52,10 +53,11 @@ const PID_FILE_STATUS_LINE: usize = 7;
 /// with its unix socket in its own temp dir, which also holds its data and its log.
 ///
 /// `initdb` makes a fresh cluster (`trust` authentication, superuser `postgres`,
-/// `--no-sync`), then `postgres` serves it with `fsync=off`, `synchronous_commit=off` and
-/// `full_page_writes=off`: what it writes survives [`kill`](Self::kill) and
-/// [`restart`](Self::restart) (the kernel keeps it), not a crash of the machine, which a
-/// test never needs. The programs are those of the newest version in
+/// `--no-sync`), then `postgres` serves it with `fsync=off` and `full_page_writes=off`:
+/// a commit is written to the kernel, not flushed to disk, so it survives
+/// [`kill`](Self::kill) and [`restart`](Self::restart), not a crash of the machine, which a
+/// test never needs. (`synchronous_commit` stays on: off, a commit could still be in the
+/// server's memory when it is killed.) The programs are those of the newest version in
 /// `/usr/lib/postgresql/*/bin` (Debian's layout), else on `PATH`. Under root, which
 /// `initdb` and `postgres` refuse, both run as the `postgres` account that Debian's
 /// package creates, with the temp dir its own.
