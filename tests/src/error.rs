@@ -107,9 +107,11 @@ pub enum HarnessError {
 }
 
 impl HarnessError {
-    /// Whether this is an I/O timeout, e.g. a read from a paused server.
+    /// Whether this is an I/O timeout, e.g. a read from a paused server, or a helper process
+    /// (`psql`, the `mariadb` client) that did not finish by its deadline.
     pub fn is_timeout(&self) -> bool {
         match self {
+            HarnessError::ProcessFailed { status: None, .. } => true,
             HarnessError::Io { source, .. } => {
                 matches!(
                     source.kind(),

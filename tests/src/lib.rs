@@ -1,5 +1,7 @@
-//! Test servers for the distributed-lock workspace: real `redis-server` and ZooKeeper
-//! processes on free loopback ports, so a test suite never touches a server it did not start.
+//! Test servers for the distributed-lock workspace: real `redis-server`, ZooKeeper,
+//! PostgreSQL and MariaDB processes on free loopback ports, so a test suite never touches a
+//! server it did not start (nor the ports 5432 and 3306, where a machine runs its own
+//! databases).
 //!
 //! ```no_run
 //! use lock_tests::{RedisCluster, RedisServer, ValueExt};
@@ -65,31 +67,62 @@
 //! # let _ = ensemble;
 //! ```
 //!
+//! PostgreSQL and MariaDB, each a fresh server in its own temp dir, with its client as the
+//! test's own way in:
+//!
+//! ```no_run
+//! use lock_tests::{MariaDbServer, PostgresServer};
+//!
+//! // `initdb`, then `postgres` accepting connections when `spawn` returns; killed on drop.
+//! let mut postgres = PostgresServer::spawn();
+//! let url = postgres.url(); // "postgres://postgres@127.0.0.1:{port}/postgres"
+//! postgres.psql("CREATE TABLE t (n int); INSERT INTO t VALUES (1)").unwrap(); // via `psql`
+//! postgres.pause(); // the server and every backend: nothing answers
+//! postgres.resume();
+//! postgres.restart(); // same port, same data; sessions (and their advisory locks) end
+//! assert_eq!(postgres.psql("SELECT count(*) FROM t").unwrap(), "1");
+//!
+//! // `mariadb-install-db`, then `mariadbd`, with a database `test`.
+//! let mut mariadb = MariaDbServer::spawn();
+//! let url = mariadb.url(); // "mysql://root@127.0.0.1:{port}/test"
+//! mariadb.sql("SELECT GET_LOCK('k', 0)").unwrap(); // via the `mariadb` client
+//! mariadb.kill(); // SIGKILL: every session and its locks end; `restart` brings it back
+//! # let _ = url;
+//! ```
+//!
 //! Connections through a [`TcpProxy`] can be cut at any moment, mid-command.
 //!
 //! Tests that look at a lock's keys on the server find them with [`lock_key`] and the
 //! helpers beside it ([`lock_exists`], [`lock_holder`], [`subscribed_lockers`],
 //! [`sharded_subscribers`]), the one place that knows lock-core's Redis key layout.
 //!
-//! The harness library is std, with redis-rs to read replies. The `torture` binary beside
+//! The harness library is std, with redis-rs to read replies; it reaches the databases
+//! through their own command-line clients, `psql` and `mariadb`. The `torture` binary beside
 //! it runs lock-core itself, in several processes, under every fault the harness can
 //! inject, and checks that no update is lost: `cargo run --release -p lock-tests --bin torture` (`--help` for its
 //! options).
 //!
 //! It needs `redis-server` (and, for a cluster, `redis-cli`) on `PATH`, and for ZooKeeper
-//! Debian's `zookeeper` and `libcurator-recipes-java` packages, `java` and `javac`; if one is
-//! missing, spawning fails with one line that says how to install it. Everything here is safe
+//! Debian's `zookeeper` and `libcurator-recipes-java` packages, `java` and `javac`, for
+//! PostgreSQL Debian's `postgresql` and for MariaDB its `mariadb-server`; if one is missing,
+//! spawning fails with one line that says how to install it. Under root, which `initdb` and
+//! `mariadbd` refuse, the database servers run as the `postgres` and `mysql` accounts those
+//! packages create. Everything here is safe
 //! to use from tests running in parallel threads: each server gets its own ports and temp
 //! dir.
 //!
-//! When a test panics, every [`RedisServer`] and [`ZooKeeperServer`] it drops prints its log
-//! to stderr, each line prefixed with the server's port.
+//! When a test panics, every [`RedisServer`], [`ZooKeeperServer`], [`PostgresServer`] and
+//! [`MariaDbServer`] it drops prints its log to stderr, each line prefixed with the server's
+//! port.
 #![deny(missing_docs)]
 
 mod cluster;
 mod curator;
+mod daemon;
 mod error;
 mod keys;
+mod mariadb;
+mod postgres;
 mod process;
 mod proxy;
 mod reply;
@@ -106,6 +139,8 @@ pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
+pub use mariadb::MariaDbServer;
+pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use reply::ValueExt;
 pub use sentinel::{MASTER_NAME, RedisSentinel};

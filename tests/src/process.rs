@@ -1,6 +1,7 @@
-//! A helper process (`javac`, the ZooKeeper CLI, a Curator peer) whose output is captured.
+//! A helper process (`javac`, the ZooKeeper CLI, a Curator peer, `initdb`, `psql`, the
+//! `mariadb` client) whose output is captured.
 
-use std::io::Read;
+use std::io::{self, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
@@ -19,13 +20,23 @@ pub(crate) struct Captured {
 impl Captured {
     /// Spawns `command` (a `java` or `javac` one), which `what` names in errors.
     pub(crate) fn spawn(command: &mut Command, what: String) -> Result<Captured, HarnessError> {
+        Self::spawn_mapped(command, what, java_error)
+    }
+
+    /// Spawns `command`, which `what` names in errors; `spawn_error` says why the program
+    /// (named by its first argument) could not be run, e.g. which package installs it.
+    pub(crate) fn spawn_mapped(
+        command: &mut Command,
+        what: String,
+        spawn_error: impl FnOnce(&str, io::Error) -> HarnessError,
+    ) -> Result<Captured, HarnessError> {
         let program = command.get_program().to_string_lossy().into_owned();
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| java_error(&program, e))?;
+            .map_err(|e| spawn_error(&program, e))?;
         let output = [
             child.stdout.take().map(read_all),
             child.stderr.take().map(read_all),
@@ -55,6 +66,22 @@ impl Captured {
     /// Kills the process if it still runs; then what it printed, stdout first, if it
     /// succeeded, or the error that says how it ended, with what it printed.
     pub(crate) fn finish(&mut self) -> Result<String, HarnessError> {
+        self.finish_split().map(|(stdout, stderr)| stdout + &stderr)
+    }
+
+    /// Waits as [`wait`](Self::wait) does; what it printed to stdout and to stderr, apart.
+    pub(crate) fn wait_split(
+        mut self,
+        deadline: Instant,
+    ) -> Result<(String, String), HarnessError> {
+        while !self.has_exited()? && Instant::now() < deadline {
+            thread::sleep(POLL_INTERVAL);
+        }
+        self.finish_split()
+    }
+
+    /// [`finish`](Self::finish), with stdout and stderr apart.
+    fn finish_split(&mut self) -> Result<(String, String), HarnessError> {
         let status = match self.child.try_wait() {
             Ok(Some(status)) => Some(status),
             _ => {
@@ -62,12 +89,13 @@ impl Captured {
                 None
             }
         };
-        let output = self
+        let mut output = self
             .output
             .drain(..)
-            .map(|reader| reader.join().unwrap_or_default())
-            .collect();
-        finished(&self.what, status, output)
+            .map(|reader| reader.join().unwrap_or_default());
+        let stdout = output.next().unwrap_or_default();
+        let stderr = output.next().unwrap_or_default();
+        finished(&self.what, status, format!("{stdout}{stderr}")).map(|_| (stdout, stderr))
     }
 
     fn kill(&mut self) {

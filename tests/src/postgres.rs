@@ -1,0 +1,423 @@
+//! A throwaway PostgreSQL server from Debian's `postgresql` package.
+
+use std::fmt;
+use std::fs;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::daemon::{Daemon, find_binary, free_port, not_installed};
+use crate::error::chain;
+use crate::process::Captured;
+use crate::{HarnessError, POLL_INTERVAL};
+
+/// The Debian package with `initdb`, `postgres` and `psql`.
+const PACKAGE: &str = "postgresql";
+/// Where Debian installs each major version's programs: `{PG_LIB}/{version}/bin`.
+const PG_LIB: &str = "/usr/lib/postgresql";
+/// The superuser `initdb` creates, and the account the server runs as under root.
+pub(crate) const SUPERUSER: &str = "postgres";
+/// The database `url` names, which `initdb` creates.
+const DATABASE: &str = "postgres";
+/// Settings for a server that starts fast and forgets at a crash of the machine, not of
+/// the process: no fsync, one loopback address, no log collector (stderr is the log).
+/// `max_connections` stays at its default, 100, which the stores' tests count on.
+const SETTINGS: &[&str] = &[
+    "listen_addresses=127.0.0.1",
+    "fsync=off",
+    "full_page_writes=off",
+    "shared_buffers=16MB",
+    "max_wal_size=64MB",
+    "logging_collector=off",
+    "log_line_prefix=%m [%p] ",
+];
+/// How long `initdb` may take.
+const INIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline of one [`PostgresServer::psql`].
+const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline of one readiness probe; the loop around it has its own deadline.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many fresh ports to try when the chosen one gets taken before the server binds it.
+const SPAWN_ATTEMPTS: usize = 5;
+/// The data dir, inside the server's temp dir.
+const DATA_DIR: &str = "data";
+/// The first line of `postmaster.pid` that says what the server is doing (`ready` when it
+/// accepts connections), counted from 0.
+const PID_FILE_STATUS_LINE: usize = 7;
+
+/// A PostgreSQL server that this test started, on a free `127.0.0.1` port (never 5432),
+/// with its unix socket in its own temp dir, which also holds its data and its log.
+///
+/// `initdb` makes a fresh cluster (`trust` authentication, superuser `postgres`,
+/// `--no-sync`), then `postgres` serves it with `fsync=off` and `full_page_writes=off`:
+/// a commit is written to the kernel, not flushed to disk, so it survives
+/// [`kill`](Self::kill) and [`restart`](Self::restart), not a crash of the machine, which a
+/// test never needs. (`synchronous_commit` stays on: off, a commit could still be in the
+/// server's memory when it is killed.) The programs are those of the newest version in
+/// `/usr/lib/postgresql/*/bin` (Debian's layout), else on `PATH`. Under root, which
+/// `initdb` and `postgres` refuse, both run as the `postgres` account that Debian's
+/// package creates, with the temp dir its own.
+///
+/// Dropping it kills the server and its backends (`SIGKILL`) and removes the dir; if the
+/// thread is panicking, the server log is printed to stderr first, each line prefixed with
+/// the port.
+///
+/// ```no_run
+/// use lock_tests::PostgresServer;
+///
+/// let mut server = PostgresServer::spawn(); // accepting connections, killed on drop
+/// let url = server.url(); // "postgres://postgres@127.0.0.1:{port}/postgres"
+/// server.psql("CREATE TABLE t (n int); INSERT INTO t VALUES (7)").unwrap();
+/// server.restart(); // same port, same data
+/// assert_eq!(server.psql("SELECT n FROM t").unwrap(), "7");
+/// # let _ = url;
+/// ```
+///
+/// `PostgresServer` is `Send + Sync`: share `&PostgresServer` between threads freely.
+pub struct PostgresServer {
+    daemon: Daemon,
+    /// The dir of `initdb`, `postgres` and `psql`.
+    bin: PathBuf,
+}
+
+impl PostgresServer {
+    /// Starts a server on a fresh cluster and waits until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started: PostgreSQL is not installed (the message says how to
+    /// install it), `initdb` failed or the server exited early (the message quotes its log)
+    /// or did not accept connections within 30 s.
+    #[track_caller]
+    pub fn spawn() -> PostgresServer {
+        match Self::try_spawn() {
+            Ok(server) => server,
+            Err(e) if e.is_binary_not_found() => panic!("{e}"),
+            Err(e) => panic!("could not start a test PostgreSQL server: {}", chain(&e)),
+        }
+    }
+
+    /// [`spawn`](Self::spawn) that returns the error instead of panicking.
+    pub fn try_spawn() -> Result<PostgresServer, HarnessError> {
+        let bin = bin_dir()?;
+        let mut last_error = HarnessError::NoFreePort;
+        for _ in 0..SPAWN_ATTEMPTS {
+            let daemon = Daemon::create("postgres", free_port()?, SUPERUSER, PACKAGE)?;
+            let mut server = PostgresServer {
+                daemon,
+                bin: bin.clone(),
+            };
+            server.init()?;
+            match server.start() {
+                Ok(()) => return Ok(server),
+                // Someone bound the port between our probe and the server's bind: try another.
+                // Dropping `server` removes its dir.
+                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error)
+    }
+
+    /// The server's TCP port on `127.0.0.1`.
+    pub fn port(&self) -> u16 {
+        self.daemon.port()
+    }
+
+    /// The server's socket address, `127.0.0.1:{port}`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()))
+    }
+
+    /// The URL of the `postgres` database as the superuser, over TCP, without a password
+    /// (`trust`): `postgres://postgres@127.0.0.1:{port}/postgres`.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://{SUPERUSER}@127.0.0.1:{}/{DATABASE}",
+            self.port()
+        )
+    }
+
+    /// The dir of the server's unix socket, `.s.PGSQL.{port}` (its temp dir), for a client
+    /// that connects with `host={socket_dir}`.
+    pub fn socket_dir(&self) -> &Path {
+        self.daemon.dir()
+    }
+
+    /// The server's temp dir: its socket, its data dir `data/` and its log; removed on drop.
+    pub fn dir(&self) -> &Path {
+        self.daemon.dir()
+    }
+
+    /// The process id of the postmaster, or `None` once the server was killed or has exited.
+    pub fn pid(&self) -> Option<u32> {
+        self.daemon.pid()
+    }
+
+    /// Whether the server process is alive (a paused server is alive).
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// Freezes the server and every backend with `SIGSTOP`: connections stay open but
+    /// nothing answers, not even a new connection, until [`resume`](Self::resume).
+    ///
+    /// # Panics
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    #[track_caller]
+    pub fn pause(&self) {
+        self.daemon.signal_all("STOP");
+    }
+
+    /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
+    ///
+    /// # Panics
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    #[track_caller]
+    pub fn resume(&self) {
+        self.daemon.signal_all("CONT");
+    }
+
+    /// Kills the server and its backends with `SIGKILL`, as a crash would, and waits until
+    /// they are gone: every connection drops. The data dir stays: [`restart`](Self::restart)
+    /// starts the server again from there, on the same port. Killing a server that is not
+    /// running does nothing.
+    pub fn kill(&mut self) {
+        self.daemon.kill();
+    }
+
+    /// Kills the server if it is running and starts it again on the same port with the same
+    /// data dir, which it recovers as after a crash: committed data survives, connections and
+    /// the session locks on them do not. Waits until it accepts connections. The log is kept
+    /// and appended to.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started again, e.g. because another process took the port.
+    #[track_caller]
+    pub fn restart(&mut self) {
+        if let Err(e) = self.try_restart() {
+            panic!(
+                "could not restart the test PostgreSQL server on port {}: {}",
+                self.port(),
+                chain(&e)
+            );
+        }
+    }
+
+    /// [`restart`](Self::restart) that returns the error instead of panicking.
+    pub fn try_restart(&mut self) -> Result<(), HarnessError> {
+        self.kill();
+        self.start()
+    }
+
+    /// Runs `sql` (one or more `;`-separated statements) with `psql` on the `postgres`
+    /// database as the superuser, over TCP in a new session, with a 10 s deadline; returns
+    /// what the statements printed, rows one a line, columns separated by `|`, without
+    /// headers, and without the trailing newline.
+    ///
+    /// ```no_run
+    /// # let server = lock_tests::PostgresServer::spawn();
+    /// assert_eq!(server.psql("SELECT 1, 'a'").unwrap(), "1|a");
+    /// let locks = server.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'");
+    /// server.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+    ///              WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'")
+    ///     .unwrap();
+    /// # let _ = locks;
+    /// ```
+    ///
+    /// `Err` is [`HarnessError::ProcessFailed`] when a statement fails (its output has the
+    /// `ERROR:` line) or the deadline passes (e.g. while [paused](Self::pause):
+    /// [`HarnessError::is_timeout`] is true then), and [`HarnessError::NotRunning`] after
+    /// [`kill`](Self::kill).
+    pub fn psql(&self, sql: &str) -> Result<String, HarnessError> {
+        self.psql_with_timeout(sql, PSQL_TIMEOUT)
+    }
+
+    /// [`psql`](Self::psql) with another deadline.
+    pub fn psql_with_timeout(&self, sql: &str, timeout: Duration) -> Result<String, HarnessError> {
+        if !self.is_running() {
+            // Never connect then: the port may already belong to another test's server.
+            return Err(HarnessError::NotRunning { port: self.port() });
+        }
+        psql(&self.bin, self.port(), sql, timeout)
+    }
+
+    /// The server log so far: what `initdb` printed, then every run of the server.
+    pub fn log(&self) -> String {
+        self.daemon.log()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.daemon.dir().join(DATA_DIR)
+    }
+
+    /// Makes the cluster in `data/`.
+    fn init(&self) -> Result<(), HarnessError> {
+        let mut initdb = self.daemon.command(&self.bin.join("initdb"));
+        initdb.arg("--pgdata").arg(self.data_dir()).args([
+            "--username",
+            SUPERUSER,
+            "--auth=trust",
+            "--no-sync",
+            "--encoding=UTF8",
+            "--locale=C",
+        ]);
+        self.daemon.setup(initdb, INIT_TIMEOUT, PACKAGE)
+    }
+
+    /// Spawns `postgres` and waits until it accepts connections; on failure, leaves it
+    /// killed.
+    fn start(&mut self) -> Result<(), HarnessError> {
+        let mut postgres = self.daemon.command(&self.bin.join("postgres"));
+        postgres
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-p")
+            .arg(self.port().to_string())
+            .arg("-k")
+            .arg(self.daemon.dir());
+        for setting in SETTINGS {
+            postgres.args(["-c", setting]);
+        }
+        let log_start = self.daemon.spawn(postgres, PACKAGE)?;
+        let ready = self.wait_ready(log_start);
+        if ready.is_err() {
+            self.daemon.kill();
+        }
+        ready
+    }
+
+    fn wait_ready(&mut self, log_start: u64) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let pid_file = self.data_dir().join("postmaster.pid");
+        loop {
+            self.daemon.check_alive(log_start)?;
+            // The postmaster says `ready` in its pid file once it accepts connections; it
+            // exits if it cannot bind its one address, so the port is its own then.
+            let status = fs::read_to_string(&pid_file).unwrap_or_default();
+            let says_ready = status
+                .lines()
+                .nth(PID_FILE_STATUS_LINE)
+                .is_some_and(|line| line.trim() == "ready");
+            // And a client gets an answer over TCP, from our data dir.
+            if says_ready {
+                let answer = psql(&self.bin, self.port(), "SHOW data_directory", PROBE_TIMEOUT);
+                if let Ok(dir) = answer {
+                    return if same_dir(Path::new(&dir), &self.data_dir()) {
+                        Ok(())
+                    } else {
+                        Err(HarnessError::PortInUse { port: self.port() })
+                    };
+                }
+            }
+            if started.elapsed() >= READY_TIMEOUT {
+                return Err(self.daemon.not_ready(log_start, READY_TIMEOUT));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+}
+
+impl fmt::Debug for PostgresServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresServer")
+            .field("port", &self.port())
+            .field("pid", &self.pid())
+            .field("dir", &self.dir())
+            .finish()
+    }
+}
+
+/// The dir of the newest PostgreSQL in `/usr/lib/postgresql/*/bin`, else of `initdb` on
+/// `PATH`.
+fn bin_dir() -> Result<PathBuf, HarnessError> {
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(PG_LIB)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    find_binary(&["initdb"], &[])
+        .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+        .ok_or_else(|| HarnessError::NotInstalled {
+            missing: format!("initdb not found in {PG_LIB}/*/bin or on PATH"),
+            package: PACKAGE,
+        })
+}
+
+/// Runs `sql` with `psql` on `127.0.0.1:port` as the superuser.
+fn psql(bin: &Path, port: u16, sql: &str, timeout: Duration) -> Result<String, HarnessError> {
+    let mut command = Command::new(bin.join("psql"));
+    command
+        .args(["--no-psqlrc", "--quiet", "--no-align", "--tuples-only"])
+        .args(["--set", "ON_ERROR_STOP=1"])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--username", SUPERUSER, "--dbname", DATABASE])
+        .args(["--command", sql])
+        // No password prompt, ever: authentication is `trust`.
+        .arg("--no-password")
+        .env("PGCONNECT_TIMEOUT", timeout.as_secs().max(1).to_string());
+    let run = Captured::spawn_mapped(&mut command, format!("psql -c {sql:?}"), |program, e| {
+        not_installed(program, e, PACKAGE)
+    })?;
+    let (stdout, _notices) = run.wait_split(Instant::now() + timeout)?;
+    Ok(stdout.strip_suffix('\n').unwrap_or(&stdout).to_owned())
+}
+
+/// Whether `a` and `b` are the same dir, symbolic links resolved.
+pub(crate) fn same_dir(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<PostgresServer>();
+    }
+
+    #[test]
+    fn a_taken_port_is_detected_not_mistaken_for_ours() {
+        let first = PostgresServer::spawn();
+        let port = first.port();
+        let mut second = PostgresServer {
+            daemon: Daemon::create("postgres", port, SUPERUSER, PACKAGE).unwrap(),
+            bin: first.bin.clone(),
+        };
+        second.init().unwrap();
+        let err = second.start().unwrap_err();
+        assert!(
+            matches!(err, HarnessError::PortInUse { port: p } if p == port),
+            "{err:?}"
+        );
+        assert!(!second.is_running());
+        assert_eq!(first.psql("SELECT 1").unwrap(), "1");
+    }
+
+    #[test]
+    fn the_newest_version_is_found_without_naming_it() {
+        let bin = bin_dir().unwrap();
+        assert!(bin.join("postgres").is_file(), "{}", bin.display());
+    }
+}
