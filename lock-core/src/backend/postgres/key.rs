@@ -31,10 +31,11 @@ pub enum KeyMapping {
 ///
 /// // DistributedLock's published vectors.
 /// assert_eq!(KeyMapping::DistributedLock.key("MyLockName"), AdvisoryKey::Bigint(4062898426641073528));
-/// // An explicit key: lock the name it displays as.
-/// let migrations = AdvisoryKey::Bigint(3_733_084_946_126_409_569);
-/// assert_eq!(migrations.to_string(), "33ceb2c6c8a7a061");
-/// assert_eq!(KeyMapping::DistributedLock.key(&migrations.to_string()), migrations);
+/// // An explicit key, as hand-written SQL's `pg_advisory_lock(42)`: lock the name it
+/// // displays as.
+/// let explicit = AdvisoryKey::Bigint(42);
+/// assert_eq!(explicit.to_string(), "000000000000002a");
+/// assert_eq!(KeyMapping::DistributedLock.key(&explicit.to_string()), explicit);
 /// assert_eq!(AdvisoryKey::Pair(3, -1).to_string(), "00000003,ffffffff");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

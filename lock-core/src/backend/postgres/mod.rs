@@ -219,10 +219,10 @@ impl PostgresStore {
     ) -> Result<Option<Taken>, LockError> {
         let name = request.key.as_str();
         let table = &self.0.fence_table;
-        if let Some(session) = self.0.sessions.for_attempt().await? {
-            if let Some(taken) = take::once(session, table, name, key, request.kind).await? {
-                return Ok(Some(taken));
-            }
+        if let Some(session) = self.0.sessions.for_attempt().await?
+            && let Some(taken) = take::once(session, table, name, key, request.kind).await?
+        {
+            return Ok(Some(taken));
         }
         if Instant::now() >= request.deadline {
             return Ok(None);
