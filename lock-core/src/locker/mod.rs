@@ -625,6 +625,11 @@ impl Locker {
     ///   it: exclusive for a fair lock too, whose nodes are the same, or a semaphore with
     ///   its stored count. `waiting` counts the nodes queued behind the holders (every
     ///   client's, Curator's included), or the leases beyond a semaphore's count.
+    /// - **PostgreSQL** (feature `postgres`; one read of `pg_locks`): each session holding
+    ///   the advisory key, shown by its backend's pid in 8 hex digits, once however many
+    ///   holds it stacks; no lease, no fencing token. Read for a shared hold, exclusive for
+    ///   any other (write and fair holds too, which the server keeps alike). `waiting`
+    ///   counts the sessions waiting for the key, foreign ones included.
     /// - **A store of your own** answers [`LockError::Config`] unless it implements
     ///   [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -27,10 +27,11 @@
 //! lock, hand-written SQL), lock the name that [`AdvisoryKey`] displays (16 hex digits, or
 //! `XXXXXXXX,XXXXXXXX`).
 //!
-//! The advisory key is all PostgreSQL knows of a lock: a [`Locker`](crate::Locker)'s
-//! namespace is part of the name, and so of the key, but two applications sharing one
-//! database keep their locks apart only by naming them apart (a prefix of their own, such
-//! as `billing:`), or by using databases of their own (advisory locks are per database).
+//! The advisory key is all PostgreSQL knows of a lock, and it has no namespace (the
+//! `Locker`'s namespace is a Redis setting). Two applications sharing one database keep
+//! their locks apart by naming them apart (a prefix of their own, such as `billing:`,
+//! which makes every name longer than 9 characters a hashed one), or by using databases
+//! of their own: advisory locks are per database.
 //!
 //! # Kinds
 //!
