@@ -1,0 +1,156 @@
+//! The PostgreSQL store against what the conformance suite cannot show: a foreign client
+//! sharing a lock by DistributedLock's key, sessions ended by the server, and a paused
+//! holder losing its locks one lease later.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::PostgresStore;
+use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
+use lock_core::{LockOptions, Locker};
+use lock_tests::PostgresServer;
+use tokio::time::{Instant, timeout};
+use tokio_postgres::{Client, NoTls};
+
+/// Bounds each wait for something that should happen at once.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// A client of the server's own, as a .NET or Python service would hold a lock.
+async fn foreign(server: &PostgresServer) -> Client {
+    let (client, connection) = tokio_postgres::connect(&server.url(), NoTls)
+        .await
+        .expect("connect to the test postgres server");
+    tokio::spawn(connection);
+    client
+}
+
+/// The statement that locks `key` as a peer would, with `function` (`pg_advisory_lock`...).
+fn call(function: &str, key: AdvisoryKey) -> String {
+    match key {
+        AdvisoryKey::Bigint(k) => format!("SELECT {function}({k}::int8)::text"),
+        AdvisoryKey::Pair(high, low) => format!("SELECT {function}({high}, {low})::text"),
+    }
+}
+
+async fn run(client: &Client, sql: &str) -> String {
+    let row = client.query_one(sql, &[]).await.expect(sql);
+    row.get::<_, Option<String>>(0).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_holder_of_distributed_locks_key_makes_us_wait_and_the_other_way_round() {
+    let server = PostgresServer::spawn();
+    let locker = Locker::postgres(&server.url()).await.unwrap();
+    let peer = foreign(&server).await;
+    // A hashed name (one bigint), and a short ASCII one (a pair of int4 keys).
+    for name in ["MyLockName", "orders"] {
+        let key = KeyMapping::DistributedLock.key(name);
+        run(&peer, &call("pg_advisory_lock", key)).await;
+        assert!(
+            locker.try_lock(name).await.unwrap().is_none(),
+            "{name}: taken beside a peer"
+        );
+        let waiter = {
+            let (locker, name) = (locker.clone(), name.to_owned());
+            tokio::spawn(async move {
+                let guard = locker
+                    .lock_with(&name, LockOptions::new().wait(PATIENCE))
+                    .await;
+                (Instant::now(), guard.unwrap())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        assert_eq!(run(&peer, &call("pg_advisory_unlock", key)).await, "true");
+        let (got, guard) = waiter.await.unwrap();
+        assert!(
+            got - released < Duration::from_millis(500),
+            "{name}: woken {:?} after a foreign release",
+            got - released
+        );
+        assert_eq!(
+            run(&peer, &call("pg_try_advisory_lock", key)).await,
+            "false",
+            "{name}"
+        );
+        guard.release().await.unwrap();
+        assert_eq!(
+            run(&peer, &call("pg_try_advisory_lock", key)).await,
+            "true",
+            "{name}"
+        );
+        run(&peer, &call("pg_advisory_unlock", key)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_backend_loses_every_hold_on_it_at_once() {
+    let server = PostgresServer::spawn();
+    let locker = Locker::postgres(&server.url()).await.unwrap();
+    let first = locker.lock("ledger:1").await.unwrap();
+    let second = locker.lock("ledger:2").await.unwrap();
+    let terminated = server
+        .psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT DISTINCT pid FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()) AS holders",
+        )
+        .unwrap();
+    assert_eq!(terminated.trim(), "1", "the two holds share one session");
+    for guard in [&first, &second] {
+        timeout(PATIENCE, guard.lost())
+            .await
+            .expect("a hold on a terminated session never reported lost");
+        assert!(!guard.is_held().await.unwrap());
+    }
+    let again = locker.lock("ledger:1").await.unwrap();
+    assert!(again.fencing_token() > first.fencing_token());
+}
+
+#[test]
+fn a_paused_holder_loses_its_locks_about_one_lease_later() {
+    const LEASE: Duration = Duration::from_secs(1);
+    let server = Arc::new(PostgresServer::spawn());
+    let url = server.url();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    // The holder's runtime is one thread, which then sleeps: a paused process.
+    let holder = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let guard = runtime.block_on(async {
+            let store = PostgresStore::builder(&url)
+                .session_lease(LEASE)
+                .build()
+                .await
+                .unwrap();
+            let locker = Locker::builder()
+                .store(Arc::new(store))
+                .build()
+                .await
+                .unwrap();
+            locker.lock("paused").await.unwrap()
+        });
+        held_tx.send(()).unwrap();
+        std::thread::sleep(LEASE * 4);
+        drop(runtime);
+        drop(guard);
+    });
+    held_rx.recv().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let locker = Locker::postgres(&server.url()).await.unwrap();
+        let asked = Instant::now();
+        let guard = locker
+            .lock_with("paused", LockOptions::new().wait(PATIENCE))
+            .await
+            .expect("the paused holder's lock never came free");
+        let waited = asked.elapsed();
+        assert!(
+            waited <= LEASE + Duration::from_secs(1),
+            "came free after {waited:?}"
+        );
+        guard.release().await.unwrap();
+    });
+    holder.join().unwrap();
+}
