@@ -1,8 +1,9 @@
 //! The PostgreSQL store against what the conformance suite cannot show: a foreign client
 //! sharing a lock by DistributedLock's key, sessions ended by the server, and a paused
-//! holder losing its locks one lease later.
+//! holder losing its locks one lease later, and many tasks within the connection bound.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::backend::PostgresStore;
@@ -153,4 +154,72 @@ fn a_paused_holder_loses_its_locks_about_one_lease_later() {
         guard.release().await.unwrap();
     });
     holder.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_many_keys_stay_within_the_connection_bound() {
+    const MAX: usize = 3;
+    const KEYS: usize = 20;
+    const TASKS: usize = 200;
+    let server = Arc::new(PostgresServer::spawn());
+    let store = PostgresStore::builder(&server.url())
+        .max_connections(MAX)
+        .build()
+        .await
+        .unwrap();
+    let locker = Locker::builder()
+        .store(Arc::new(store))
+        .build()
+        .await
+        .unwrap();
+    let peak = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (server, peak, done) = (server.clone(), peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let open = server
+                    .psql(
+                        "SELECT count(*) FROM pg_stat_activity \
+                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                    )
+                    .unwrap();
+                let open: usize = open.trim().parse().unwrap();
+                peak.fetch_max(open, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let inside: Arc<Vec<AtomicUsize>> = Arc::new((0..KEYS).map(|_| Default::default()).collect());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let (locker, inside) = (locker.clone(), inside.clone());
+            tokio::spawn(async move {
+                let key = i % KEYS;
+                let wait = LockOptions::new().wait(Duration::from_secs(20));
+                let guard = locker
+                    .lock_with(&format!("many:{key}"), wait)
+                    .await
+                    .unwrap();
+                let before = inside[key].fetch_add(1, Ordering::SeqCst);
+                assert_eq!(before, 0, "two holders of many:{key}");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside[key].fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        timeout(Duration::from_secs(30), task)
+            .await
+            .expect("a task never got its lock")
+            .unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= MAX,
+        "{peak} connections open, beyond the bound of {MAX}"
+    );
 }

@@ -88,7 +88,7 @@ pub use builder::{
 };
 use holds::{Gates, Holds};
 pub use key::{AdvisoryKey, KeyMapping};
-use session::{Connect, Sessions};
+use session::{Connect, Lent, Sessions};
 use take::Taken;
 
 use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
@@ -212,6 +212,8 @@ impl PostgresStore {
 
     /// One attempt on a shared session; then, unless the deadline has passed, a wait
     /// inside the server on a session of its own, this store's only one on the name.
+    /// While no session can be lent to wait on, another attempt each time a hold is
+    /// given back.
     async fn take(
         &self,
         request: &Acquire,
@@ -220,31 +222,26 @@ impl PostgresStore {
     ) -> Result<Option<Taken>, LockError> {
         let name = request.key.as_str();
         let table = &self.0.fence_table;
-        if let Some(session) = self.0.sessions.for_attempt().await?
-            && let Some(taken) = take::once(session, table, name, key, request.kind).await?
-        {
-            return Ok(Some(taken));
+        loop {
+            if let Some(session) = self.0.sessions.for_attempt().await?
+                && let Some(taken) = take::once(session, table, name, key, request.kind).await?
+            {
+                return Ok(Some(taken));
+            }
+            if Instant::now() >= request.deadline {
+                return Ok(None);
+            }
+            let Ok(_turn) = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await else {
+                return Ok(None);
+            };
+            let waiting = match self.0.sessions.for_wait(request.deadline).await? {
+                Lent::Session(waiting) => waiting,
+                Lent::Freed => continue,
+                Lent::Nothing => return Ok(None),
+            };
+            let (session, deadline) = (waiting.session.clone(), request.deadline);
+            return take::wait(session, table, name, key, request.kind, deadline, abandoned).await;
         }
-        if Instant::now() >= request.deadline {
-            return Ok(None);
-        }
-        let Ok(_turn) = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await else {
-            return Ok(None);
-        };
-        let Some(waiting) = self.0.sessions.for_wait(request.deadline).await? else {
-            return Ok(None);
-        };
-        let session = waiting.session.clone();
-        take::wait(
-            session,
-            table,
-            name,
-            key,
-            request.kind,
-            request.deadline,
-            abandoned,
-        )
-        .await
     }
 
     async fn release_hold(&self, token: &str) -> Result<bool, LockError> {

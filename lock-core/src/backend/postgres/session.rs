@@ -97,6 +97,17 @@ pub(super) struct Sessions {
     pub(super) background: TaskTracker,
 }
 
+/// What [`Sessions::for_wait`] lends.
+#[derive(Debug)]
+pub(super) enum Lent<'a> {
+    /// A session to wait on.
+    Session(Waiting<'a>),
+    /// None yet, but one may have come free.
+    Freed,
+    /// None, by the deadline.
+    Nothing,
+}
+
 /// A session lent to one wait inside the server; it is free to serve others again once
 /// this is dropped.
 #[derive(Debug)]
@@ -140,41 +151,38 @@ impl Sessions {
     }
 
     /// A session to wait inside the server on: one that holds nothing and waits for
-    /// nothing, or a new one; waits for one until `deadline`, then `None`.
-    pub(super) async fn for_wait(
-        &self,
-        deadline: Instant,
-    ) -> Result<Option<Waiting<'_>>, LockError> {
-        loop {
-            let freed = self.freed.notified();
-            let mut freed = std::pin::pin!(freed);
-            freed.as_mut().enable();
-            let idle = self.live().iter().find_map(|s| {
-                let idle =
-                    s.holds.load(Ordering::SeqCst) == 0 && !s.waiting.swap(true, Ordering::SeqCst);
-                idle.then(|| s.clone())
-            });
-            let session = match idle {
-                Some(session) => session,
-                None => match self.slots.clone().try_acquire_owned() {
-                    Ok(slot) => {
-                        let session = self.open(slot).await?;
-                        session.waiting.store(true, Ordering::SeqCst);
-                        session
-                    }
-                    Err(_) => {
-                        if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                            return Ok(None);
-                        }
-                        continue;
-                    }
-                },
-            };
-            return Ok(Some(Waiting {
-                session,
-                sessions: self,
-            }));
-        }
+    /// nothing, or a new one. When every session is busy and no more may be opened, it
+    /// waits until one may have come free ([`Lent::Freed`]: the caller tries again, as a
+    /// hold given back may have freed its lock too) or until `deadline`.
+    pub(super) async fn for_wait(&self, deadline: Instant) -> Result<Lent<'_>, LockError> {
+        let freed = self.freed.notified();
+        let mut freed = std::pin::pin!(freed);
+        freed.as_mut().enable();
+        let idle = self.live().iter().find_map(|s| {
+            let idle =
+                s.holds.load(Ordering::SeqCst) == 0 && !s.waiting.swap(true, Ordering::SeqCst);
+            idle.then(|| s.clone())
+        });
+        let session = match idle {
+            Some(session) => session,
+            None => match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    let session = self.open(slot).await?;
+                    session.waiting.store(true, Ordering::SeqCst);
+                    session
+                }
+                Err(_) => {
+                    return Ok(match tokio::time::timeout_at(deadline, freed).await {
+                        Ok(()) => Lent::Freed,
+                        Err(_) => Lent::Nothing,
+                    });
+                }
+            },
+        };
+        Ok(Lent::Session(Waiting {
+            session,
+            sessions: self,
+        }))
     }
 
     /// Ends every session, as if each connection dropped.
