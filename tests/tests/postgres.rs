@@ -1,6 +1,6 @@
 //! The PostgreSQL store against what the conformance suite cannot show: a foreign client
 //! sharing a lock by DistributedLock's key, sessions ended by the server, and a paused
-//! holder losing its locks one lease later, and many tasks within the connection bound.
+//! holder losing its locks one lease later; and many tasks within the connection bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
