@@ -16,8 +16,8 @@ use crate::LockKind;
 /// A local holder's place in its name's gate: shared for a read, sole for any other kind.
 #[derive(Debug)]
 pub(super) enum Pass {
-    Shared(#[allow(dead_code, reason = "held, not read")] OwnedRwLockReadGuard<()>),
-    Sole(#[allow(dead_code, reason = "held, not read")] OwnedRwLockWriteGuard<()>),
+    Shared { _guard: OwnedRwLockReadGuard<()> },
+    Sole { _guard: OwnedRwLockWriteGuard<()> },
 }
 
 /// One name's gate, and the right to be the one session of this store waiting on it.
@@ -36,8 +36,12 @@ impl Gates {
     pub(super) async fn enter(&self, name: &str, kind: LockKind) -> Pass {
         let holders = self.gate(name, |g| g.holders.clone());
         match kind {
-            LockKind::Read => Pass::Shared(holders.read_owned().await),
-            _ => Pass::Sole(holders.write_owned().await),
+            LockKind::Read => Pass::Shared {
+                _guard: holders.read_owned().await,
+            },
+            _ => Pass::Sole {
+                _guard: holders.write_owned().await,
+            },
         }
     }
 

@@ -48,7 +48,7 @@ impl Session {
         self.ended.is_cancelled()
     }
 
-    /// Resolves once the connection is gone.
+    /// A token cancelled once the connection is gone.
     pub(super) fn ended(&self) -> CancellationToken {
         self.ended.clone()
     }
@@ -73,6 +73,7 @@ impl Session {
         self.prepared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// One more hold lives on this session.
     pub(super) fn hold_taken(&self) {
         self.holds.fetch_add(1, Ordering::SeqCst);
     }
