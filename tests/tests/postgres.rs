@@ -223,3 +223,29 @@ async fn many_tasks_on_many_keys_stay_within_the_connection_bound() {
         "{peak} connections open, beyond the bound of {MAX}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_locks_published_keys_are_the_advisory_locks_we_take() {
+    let server = PostgresServer::spawn();
+    let locker = Locker::postgres(&server.url()).await.unwrap();
+    let han = "漢".repeat(18);
+    for (name, key) in [
+        ("MyLockName", 4062898426641073528_i64),
+        (han.as_str(), -5707277204051710361),
+    ] {
+        let guard = locker.lock(name).await.unwrap();
+        let taken = server
+            .psql(&format!("SELECT pg_try_advisory_lock({key}::int8)"))
+            .unwrap();
+        assert_eq!(taken.trim(), "f", "{name}: psql took {key} beside our hold");
+        guard.release().await.unwrap();
+        let taken = server
+            .psql(&format!("SELECT pg_try_advisory_lock({key}::int8)"))
+            .unwrap();
+        assert_eq!(
+            taken.trim(),
+            "t",
+            "{name}: {key} still held after our release"
+        );
+    }
+}
