@@ -1,5 +1,5 @@
 //! The PostgreSQL store against what the conformance suite cannot show: a foreign client
-//! sharing a lock by DistributedLock's key, sessions ended by the server, and a paused
+//! sharing a lock by DistributedLock's key, sessions ended by the server or its restart (fencing tokens kept), a paused
 //! holder losing its locks one lease later; and many tasks within the connection bound.
 
 use std::sync::Arc;
@@ -248,4 +248,21 @@ async fn distributed_locks_published_keys_are_the_advisory_locks_we_take() {
             "{name}: {key} still held after our release"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_loses_every_hold_and_keeps_the_fencing_tokens() {
+    let mut server = PostgresServer::spawn();
+    let locker = Locker::postgres(&server.url()).await.unwrap();
+    let guard = locker.lock("restarted").await.unwrap();
+    server.restart();
+    timeout(PATIENCE, guard.lost())
+        .await
+        .expect("a hold across a server restart never reported lost");
+    let again = locker
+        .lock_with("restarted", LockOptions::new().wait(PATIENCE))
+        .await
+        .unwrap();
+    assert!(again.fencing_token() > guard.fencing_token());
+    again.release().await.unwrap();
 }
