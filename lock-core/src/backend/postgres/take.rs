@@ -82,7 +82,8 @@ pub(super) async fn once(
 }
 
 /// Waits inside the server on `session`, which holds nothing else, until `deadline`:
-/// the lock, or `None` if it was still held then or the wait was `abandoned`.
+/// the lock, or `None` if it was still held then or the wait was `abandoned` (which
+/// cancels the statement and retires the session).
 pub(super) async fn wait(
     session: Arc<Session>,
     table: &str,
@@ -95,7 +96,7 @@ pub(super) async fn wait(
     let left = deadline.saturating_duration_since(Instant::now());
     let timeout = format!("SET lock_timeout = {}", left.as_millis().max(1));
     let sql = take_sql(table, key, kind, Attempt::Wait);
-    let outcome = {
+    let waited = {
         let client = &session.client;
         let take = async {
             session.prepare(&sql).await?;
@@ -107,15 +108,20 @@ pub(super) async fn wait(
             fence
         };
         let mut take = std::pin::pin!(take);
-        let outcome = tokio::select! {
-            outcome = &mut take => outcome,
+        tokio::select! {
+            outcome = &mut take => Some(outcome),
             () = abandoned.cancelled() => {
-                // The query error, if any, is the wait's own outcome.
                 let _ = client.cancel_token().cancel_query(NoTls).await;
-                take.await
+                let _ = take.await;
+                None
             }
-        };
-        outcome
+        }
+    };
+    let Some(outcome) = waited else {
+        // A cancel can land after the statement it was sent for, on the next one: this
+        // session serves nothing after it.
+        retire(&session).await;
+        return Ok(None);
     };
     match outcome {
         Ok(Some(fence)) => Ok(Some(Taken::new(session, key, kind, fence))),
@@ -136,6 +142,15 @@ pub(super) async fn wait(
             }
         }
     }
+}
+
+/// Gives back whatever a waiting session took, then ends it.
+async fn retire(session: &Session) {
+    let _ = session
+        .client
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await;
+    session.end();
 }
 
 /// Gives back one hold of `key` on the session of `client`: whether it held one.
