@@ -228,7 +228,7 @@ impl PostgresStore {
             {
                 return Ok(Some(taken));
             }
-            if Instant::now() >= request.deadline {
+            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
                 return Ok(None);
             }
             let Ok(_turn) = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await else {

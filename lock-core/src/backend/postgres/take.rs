@@ -144,12 +144,18 @@ pub(super) async fn wait(
     }
 }
 
-/// Gives back whatever a waiting session took, then ends it.
+/// Gives back whatever a waiting session took, then ends it. The one cancel sent may
+/// land on the first try and fail it, never on the second.
 async fn retire(session: &Session) {
-    let _ = session
-        .client
-        .batch_execute("SELECT pg_advisory_unlock_all()")
-        .await;
+    for _ in 0..2 {
+        let unlocked = session
+            .client
+            .batch_execute("SELECT pg_advisory_unlock_all()")
+            .await;
+        if unlocked.is_ok() {
+            break;
+        }
+    }
     session.end();
 }
 
