@@ -100,15 +100,42 @@ fn a_postgres_restart_keeps_the_port_and_the_data() {
 #[test]
 fn a_paused_postgres_answers_nothing_until_resumed() {
     let server = PostgresServer::spawn();
-    server.pause();
-    assert!(server.is_running());
-    let err = server
-        .psql_with_timeout("SELECT 1", PAUSED_PROBE)
-        .unwrap_err();
-    assert!(err.is_timeout(), "{err:?}");
+    thread::scope(|s| {
+        // A session open before the pause: its backend is a process of its own.
+        let sleeper = s.spawn(|| server.psql_with_timeout("SELECT pg_sleep(60)", SLEEPER_TIMEOUT));
+        wait_until(SESSION_TIMEOUT, "the sleeping session", || {
+            server.psql(SLEEPING).unwrap() == "1"
+        });
+        let backend: u32 = server
+            .psql("SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'")
+            .unwrap()
+            .parse()
+            .unwrap();
 
-    server.resume();
-    assert_eq!(server.psql("SELECT 1").unwrap(), "1");
+        server.pause();
+        assert!(server.is_running());
+        let err = server
+            .psql_with_timeout("SELECT 1", PAUSED_PROBE)
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err:?}");
+        assert_eq!(process_state(server.pid().unwrap()), 'T');
+        assert_eq!(process_state(backend), 'T');
+
+        server.resume();
+        assert_eq!(server.psql("SELECT 1").unwrap(), "1");
+        assert_ne!(process_state(backend), 'T');
+        server
+            .psql(&format!("SELECT pg_terminate_backend({backend})"))
+            .unwrap();
+        sleeper.join().unwrap().unwrap_err();
+    });
+}
+
+/// The state letter of `pid` in `/proc/{pid}/stat`: `T` when stopped.
+fn process_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+    after_name.trim_start().chars().next().unwrap()
 }
 
 #[test]
@@ -229,6 +256,7 @@ fn a_paused_mariadb_answers_nothing_until_resumed() {
         .sql_with_timeout("SELECT 1", PAUSED_PROBE)
         .unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(process_state(server.pid().unwrap()), 'T');
 
     server.resume();
     assert_eq!(server.sql("SELECT 1").unwrap(), "1");
