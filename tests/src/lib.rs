@@ -88,6 +88,7 @@
 
 mod cluster;
 mod curator;
+mod daemon;
 mod error;
 mod keys;
 mod process;
