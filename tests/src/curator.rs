@@ -7,9 +7,9 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::daemon::make_dir;
 use crate::error::chain;
 use crate::process::Captured;
-use crate::server::make_dir;
 use crate::zookeeper::{FAST_JVM, JAVA, check_installed, classpath};
 use crate::{HarnessError, POLL_INTERVAL};
 

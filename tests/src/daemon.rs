@@ -1,93 +1,214 @@
-//! What a database server of the harness (PostgreSQL, MariaDB) has in common: its temp dir,
-//! the account it runs as, its process and the processes it forked, and its log.
+//! The process behind every test server (Redis, ZooKeeper, PostgreSQL, MariaDB): its port,
+//! temp dir, the account it runs as, the processes it forked, its log and its lifecycle.
 
-use std::fs::{self, OpenOptions};
-use std::io;
-use std::net::{Ipv4Addr, TcpListener};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::error::chain;
 use crate::process::Captured;
-use crate::server::{make_dir, print_log, send_signal, tail};
 use crate::{HarnessError, POLL_INTERVAL};
 
+/// Lines of the log quoted in error messages.
+const LOG_TAIL_LINES: usize = 30;
 /// Ports of database servers that may run on the machine for other uses (PostgreSQL's and
-/// MySQL's defaults): never given to a test server, so the harness never connects to them.
+/// MySQL's defaults): never given to a test database server, so the harness never connects
+/// to them.
 const SYSTEM_PORTS: &[u16] = &[5432, 3306];
 /// How long the processes a killed server forked may take to exit.
 const REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Makes temp dir names unique within the process (the pid makes them unique across processes).
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// What kind of server a [`ServerProcess`] runs, as its messages and files name it, and how
+/// it is run.
+#[derive(Clone, Copy)]
+pub(crate) struct Kind {
+    /// In messages, after "the test": `redis-server`, `ZooKeeper server`.
+    pub(crate) name: &'static str,
+    /// Its temp dir is `lock-tests-{dir}-..`.
+    pub(crate) dir: &'static str,
+    /// Each line of its log printed on panic starts with `[{tag} :{port}] `.
+    pub(crate) tag: &'static str,
+    /// Its log, in its temp dir: what it logs and what it writes to stdout and stderr.
+    pub(crate) log_file: &'static str,
+    /// How long it may take to be ready once spawned.
+    pub(crate) ready_timeout: Duration,
+    /// `Some` for a server that refuses to run as root: the account it runs as then.
+    pub(crate) run_as: Option<RunAs>,
+    /// Whether pause, resume and kill reach the processes it forked too (a PostgreSQL
+    /// backend is one per connection).
+    pub(crate) forks: bool,
+}
+
 /// The account a server runs as when the tests run as root, which `initdb` and `mariadbd`
 /// refuse.
+#[derive(Clone, Copy)]
+pub(crate) struct RunAs {
+    /// E.g. `postgres`.
+    pub(crate) user: &'static str,
+    /// The Debian package that creates `user`.
+    pub(crate) package: &'static str,
+}
+
+/// The uid and gid of a [`RunAs`] user.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Account {
+struct Account {
     uid: u32,
     gid: u32,
 }
 
-/// One database server process in its own temp dir, which holds its data and its log.
+/// A server process on a `127.0.0.1` port, with its own temp dir that holds its log.
 ///
-/// Dropping it kills the process and every process it forked, and removes the dir; if the
-/// thread is panicking, the log is printed to stderr first, each line prefixed with
-/// `[{name} :{port}] `.
-#[derive(Debug)]
-pub(crate) struct Daemon {
-    /// The server binary's name, e.g. `postgres`, for messages and the log's prefix.
-    name: &'static str,
+/// It is spawned by [`start`](Self::start), any number of times, each run appending to the
+/// log. Dropping it kills the process (`SIGKILL`) and, for a kind that
+/// [forks](Kind::forks), every process it forked, and removes the dir; if the thread is
+/// panicking, the log is printed to stderr first, each line prefixed with the port.
+pub(crate) struct ServerProcess {
+    kind: Kind,
     port: u16,
     dir: PathBuf,
-    /// `Some` when the tests run as root: the server's own account.
+    /// `Some` when the tests run as root and the kind says whom to run as.
     account: Option<Account>,
-    /// `None` once killed. Behind a mutex because `pid` needs `Child::try_wait`.
+    /// Where the current run's lines start in the log.
+    log_start: u64,
+    /// `None` once killed. Behind a mutex because `is_running` needs `Child::try_wait`.
     child: Mutex<Option<Child>>,
 }
 
-impl Daemon {
-    /// A server named `name` on `port`, with its new temp dir; when the tests run as root,
-    /// the dir belongs to `user` (e.g. `postgres`), the account the server will run as, which
-    /// Debian's `package` creates.
-    pub(crate) fn create(
-        name: &'static str,
-        port: u16,
-        user: &str,
-        package: &'static str,
-    ) -> Result<Daemon, HarnessError> {
-        let dir = make_dir(name, port)?;
-        let mut daemon = Daemon {
-            name,
+impl ServerProcess {
+    /// A server on `port`, with a new temp dir, not started yet. When the tests run as root
+    /// and the kind [runs as](Kind::run_as) another account, the dir is that account's.
+    pub(crate) fn create(kind: Kind, port: u16) -> Result<ServerProcess, HarnessError> {
+        let mut process = ServerProcess {
+            kind,
             port,
-            dir,
+            dir: make_dir(kind.dir, port)?,
             account: None,
+            log_start: 0,
             child: Mutex::new(None),
         };
+        let Some(run_as) = kind.run_as else {
+            return Ok(process);
+        };
         // The dir is created with our effective uid: 0 is root.
-        let owner = fs::metadata(&daemon.dir)
-            .map_err(|e| HarnessError::io(format!("stat {}", daemon.dir.display()), e))?
+        let owner = fs::metadata(&process.dir)
+            .map_err(|e| HarnessError::io(format!("stat {}", process.dir.display()), e))?
             .uid();
         if owner != 0 {
-            return Ok(daemon);
+            return Ok(process);
         }
-        let account = account(user).ok_or_else(|| HarnessError::NotInstalled {
-            missing: format!("no user {user} to run {name} as (it refuses to run as root)"),
-            package,
+        let account = account(run_as.user).ok_or_else(|| HarnessError::NotInstalled {
+            missing: format!(
+                "no user {} to run {} as (it refuses to run as root)",
+                run_as.user, kind.tag
+            ),
+            package: run_as.package,
         })?;
-        std::os::unix::fs::chown(&daemon.dir, Some(account.uid), Some(account.gid))
-            .map_err(|e| HarnessError::io(format!("chown {}", daemon.dir.display()), e))?;
-        daemon.account = Some(account);
-        Ok(daemon)
+        std::os::unix::fs::chown(&process.dir, Some(account.uid), Some(account.gid))
+            .map_err(|e| HarnessError::io(format!("chown {}", process.dir.display()), e))?;
+        process.account = Some(account);
+        Ok(process)
     }
 
     pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
+    /// `127.0.0.1:{port}`.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(self.kind.log_file)
+    }
+
+    /// The log so far, of every run (with what the setup commands printed).
+    pub(crate) fn log(&self) -> String {
+        fs::read(self.log_path())
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The log written by the current run.
+    pub(crate) fn run_log(&self) -> String {
+        let log = self.log();
+        let start = usize::try_from(self.log_start).unwrap_or(usize::MAX);
+        log.get(start..).unwrap_or(&log).to_owned()
+    }
+
+    /// The process id, or `None` once killed or exited.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        let mut child = self.child();
+        let child = child.as_mut()?;
+        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// Sends `SIGSTOP` (to the processes it forked too, for a kind that forks).
+    ///
+    /// # Panics
+    ///
+    /// If the process is not running or the signal cannot be sent.
+    #[track_caller]
+    pub(crate) fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Sends `SIGCONT` (to the processes it forked too, for a kind that forks).
+    ///
+    /// # Panics
+    ///
+    /// As [`pause`](Self::pause).
+    #[track_caller]
+    pub(crate) fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills the process with `SIGKILL` and waits for it to exit, and for a kind that forks,
+    /// until every process it forked is gone too; nothing if it is not running.
+    pub(crate) fn kill(&mut self) {
+        let Some(mut child) = self
+            .child
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let forked = if self.kind.forks {
+            children(child.id())
+        } else {
+            Vec::new()
+        };
+        // Fails only if it already exited; `wait` reaps it either way.
+        let _ = child.kill();
+        let _ = child.wait();
+        signal_quietly(&forked, "KILL");
+        // Until they are gone, they may hold the server's shared memory or files, and a
+        // restarted server would refuse to start.
+        let started = Instant::now();
+        while forked.iter().any(|&pid| is_alive(pid)) && started.elapsed() < REAP_TIMEOUT {
+            thread::sleep(POLL_INTERVAL);
+        }
     }
 
     /// `program` as the server's account, in its dir.
@@ -102,7 +223,7 @@ impl Daemon {
     }
 
     /// Runs a setup command (`initdb`, `mariadb-install-db`) to its end, within `timeout`,
-    /// and appends what it printed to the log.
+    /// and appends what it printed to the log; `package` installs it.
     pub(crate) fn setup(
         &self,
         mut command: Command,
@@ -119,61 +240,103 @@ impl Daemon {
             Err(HarnessError::ProcessFailed { output, .. }) => output.as_str(),
             Err(_) => "",
         };
-        self.append_log(text)?;
+        self.open_log().and_then(|mut log| {
+            log.write_all(text.as_bytes())
+                .map_err(|e| HarnessError::io(format!("write {}", self.log_path().display()), e))
+        })?;
         output.map(drop)
     }
 
-    fn append_log(&self, text: &str) -> Result<(), HarnessError> {
-        use std::io::Write;
+    /// Spawns `command` with its stdout and stderr appended to the log (`spawn_error` says
+    /// why it could not be), then calls `ready` with the process and its id every 5 ms until
+    /// it says the server is ready, the process exits or the kind's ready timeout passes. On
+    /// failure, leaves it killed; [`HarnessError::PortInUse`] if another process has the port.
+    pub(crate) fn start(
+        &mut self,
+        command: &mut Command,
+        spawn_error: impl FnOnce(io::Error) -> HarnessError,
+        ready: impl FnMut(&ServerProcess, u32) -> Result<bool, HarnessError>,
+    ) -> Result<(), HarnessError> {
+        self.log_start = fs::metadata(self.log_path()).map_or(0, |m| m.len());
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(self.open_log()?)
+            .stderr(self.open_log()?)
+            .spawn()
+            .map_err(spawn_error)?;
+        *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        let started = self.wait_ready(ready);
+        if started.is_err() {
+            self.kill();
+        }
+        started
+    }
+
+    /// Panics with why the server could not be restarted.
+    #[track_caller]
+    pub(crate) fn restart_failed(&self, error: &HarnessError) -> ! {
+        panic!(
+            "could not restart the test {} on port {}: {}",
+            self.kind.name,
+            self.port,
+            chain(error)
+        );
+    }
+
+    /// Formats the server as `{name} { port, pid, dir }`.
+    pub(crate) fn debug_as(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir)
+            .finish()
+    }
+
+    fn child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn open_log(&self) -> Result<File, HarnessError> {
         let path = self.log_path();
         OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .and_then(|mut log| log.write_all(text.as_bytes()))
-            .map_err(|e| HarnessError::io(format!("write {}", path.display()), e))
+            .map_err(|e| HarnessError::io(format!("open {}", path.display()), e))
     }
 
-    /// Spawns the server with stdout and stderr appended to its log; returns the log's length
-    /// before, where this run's lines start.
-    pub(crate) fn spawn(
+    fn wait_ready(
         &mut self,
-        mut command: Command,
-        package: &'static str,
-    ) -> Result<u64, HarnessError> {
-        let log_path = self.log_path();
-        let log_start = fs::metadata(&log_path).map_or(0, |m| m.len());
-        let open = || {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))
-        };
-        let program = command.get_program().to_string_lossy().into_owned();
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(open()?)
-            .stderr(open()?)
-            .spawn()
-            .map_err(|e| not_installed(&program, e, package))?;
-        *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
-        Ok(log_start)
+        mut ready: impl FnMut(&ServerProcess, u32) -> Result<bool, HarnessError>,
+    ) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        loop {
+            let pid = self.check_alive()?;
+            if ready(self, pid)? {
+                return Ok(());
+            }
+            if started.elapsed() >= self.kind.ready_timeout {
+                return Err(HarnessError::NotReady {
+                    port: self.port,
+                    waited: self.kind.ready_timeout,
+                    log_tail: tail(&self.run_log()),
+                });
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
     }
 
-    /// `Ok` while the process runs (or was killed on purpose); why it exited otherwise:
-    /// [`HarnessError::PortInUse`] if its log says its port was taken.
-    pub(crate) fn check_alive(&mut self, log_start: u64) -> Result<(), HarnessError> {
-        let exited = match self.child.get_mut().unwrap_or_else(|e| e.into_inner()) {
-            Some(child) => child
-                .try_wait()
-                .map_err(|e| HarnessError::io(format!("wait for {}", self.name), e))?,
-            None => None,
-        };
+    /// The process id while the process runs; why it exited otherwise.
+    fn check_alive(&mut self) -> Result<u32, HarnessError> {
+        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
+        let child = child.as_mut().expect("wait_ready runs right after spawn");
+        let exited = child
+            .try_wait()
+            .map_err(|e| HarnessError::io(format!("wait for the test {}", self.kind.name), e))?;
         let Some(status) = exited else {
-            return Ok(());
+            return Ok(child.id());
         };
-        let log = self.log_since(log_start);
+        let log = self.run_log();
         if log.contains("Address already in use") {
             return Err(HarnessError::PortInUse { port: self.port });
         }
@@ -184,37 +347,30 @@ impl Daemon {
         })
     }
 
-    /// The error of a server not ready after `waited`.
-    pub(crate) fn not_ready(&self, log_start: u64, waited: Duration) -> HarnessError {
-        HarnessError::NotReady {
-            port: self.port,
-            waited,
-            log_tail: tail(&self.log_since(log_start)),
+    /// Prints the log to stderr, each line prefixed with `[{tag} :{port}] `.
+    fn print_log(&self) {
+        let prefix = format!("[{} :{}] ", self.kind.tag, self.port);
+        let mut out = format!("{prefix}log of {}:\n", self.log_path().display());
+        for line in self.log().lines() {
+            out.push_str(&prefix);
+            out.push_str(line);
+            out.push('\n');
         }
+        // One call, so logs of servers dropped on other threads do not interleave.
+        eprint!("{out}");
     }
 
-    /// The process id, or `None` once the server was killed or has exited.
-    pub(crate) fn pid(&self) -> Option<u32> {
-        let mut child = self.child();
-        let child = child.as_mut()?;
-        matches!(child.try_wait(), Ok(None)).then(|| child.id())
-    }
-
-    /// Sends `SIG{signal}` to the server and every process it forked (a PostgreSQL backend
-    /// is one per connection).
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent to it.
     #[track_caller]
-    pub(crate) fn signal_all(&self, signal: &str) {
+    fn signal(&self, signal: &str) {
         let Some(pid) = self.pid() else {
             panic!(
                 "cannot send SIG{signal} to the test {} on port {}: it is not running",
-                self.name, self.port
+                self.kind.name, self.port
             );
         };
-        if signal == "CONT" {
+        if !self.kind.forks {
+            send_signal(pid, signal);
+        } else if signal == "CONT" {
             // The children first: a resumed server must find them resumed.
             signal_quietly(&children(pid), signal);
             send_signal(pid, signal);
@@ -224,65 +380,34 @@ impl Daemon {
             signal_quietly(&children(pid), signal);
         }
     }
-
-    /// Kills the server and every process it forked with `SIGKILL`, and waits until they
-    /// are gone. Killing a server that is not running does nothing.
-    pub(crate) fn kill(&mut self) {
-        let Some(mut child) = self
-            .child
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
-            return;
-        };
-        let forked = children(child.id());
-        // Fails only if it already exited; `wait` reaps it either way.
-        let _ = child.kill();
-        let _ = child.wait();
-        signal_quietly(&forked, "KILL");
-        // Until they are gone, they may hold the server's shared memory or files, and a
-        // restarted server would refuse to start.
-        let started = Instant::now();
-        while forked.iter().any(|&pid| is_alive(pid)) && started.elapsed() < REAP_TIMEOUT {
-            thread::sleep(POLL_INTERVAL);
-        }
-    }
-
-    /// The log so far (every run, with what the setup commands printed).
-    pub(crate) fn log(&self) -> String {
-        fs::read(self.log_path())
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default()
-    }
-
-    /// The log written since byte `start`, i.e. by the current run.
-    pub(crate) fn log_since(&self, start: u64) -> String {
-        let log = self.log();
-        let start = usize::try_from(start).unwrap_or(usize::MAX);
-        log.get(start..).unwrap_or(&log).to_owned()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.join(format!("{}.log", self.name))
-    }
-
-    fn child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
-impl Drop for Daemon {
+impl Drop for ServerProcess {
     fn drop(&mut self) {
         if thread::panicking() {
-            print_log(
-                &format!("[{} :{}] ", self.name, self.port),
-                &self.log_path(),
-            );
+            self.print_log();
         }
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Creates `<tmp>/lock-tests-<kind>-<pid>-<n>-<port>`.
+pub(crate) fn make_dir(kind: &str, port: u16) -> Result<PathBuf, HarnessError> {
+    let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "lock-tests-{kind}-{}-{n}-{port}",
+        std::process::id()
+    ));
+    let created = match fs::create_dir(&dir) {
+        // Left behind by an earlier, killed process that had our pid: it is not in use.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_dir_all(&dir).and_then(|()| fs::create_dir(&dir))
+        }
+        other => other,
+    };
+    created.map_err(|e| HarnessError::io(format!("create {}", dir.display()), e))?;
+    Ok(dir)
 }
 
 /// A program that could not be run: not installed (`package` installs it), or another
@@ -302,22 +427,28 @@ pub(crate) fn not_installed(
     }
 }
 
-/// A port that was free a moment ago, none of [`SYSTEM_PORTS`].
+/// A port for a database server that was free a moment ago, none of [`SYSTEM_PORTS`].
 pub(crate) fn free_port() -> Result<u16, HarnessError> {
     // Held open together, so that the next draw is another port.
     let mut listeners = Vec::new();
     loop {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| HarnessError::io("bind 127.0.0.1:0", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("read the address of a bound socket", e))?
-            .port();
+        let (listener, port) = bind_any_port()?;
         if !SYSTEM_PORTS.contains(&port) {
             return Ok(port);
         }
         listeners.push(listener);
     }
+}
+
+/// A listener on `127.0.0.1` and a port the OS chose, which stays free while it is held.
+pub(crate) fn bind_any_port() -> Result<(TcpListener, u16), HarnessError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| HarnessError::io("bind 127.0.0.1:0", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| HarnessError::io("read the address of a bound socket", e))?
+        .port();
+    Ok((listener, port))
 }
 
 /// The first of `names` that is a file in one of `dirs`, or on `PATH`.
@@ -331,6 +462,51 @@ pub(crate) fn find_binary(names: &[&str], dirs: &[&Path]) -> Option<PathBuf> {
             .map(|dir| dir.join(name))
             .find(|candidate| candidate.is_file())
     })
+}
+
+/// Sends `SIG{signal}` to `pid` with `kill`.
+///
+/// # Panics
+///
+/// If the signal cannot be sent.
+#[track_caller]
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!("`kill -{signal} {pid}` failed ({status})"),
+        Err(e) => panic!("could not run `kill -{signal} {pid}`: {e}"),
+    }
+}
+
+/// Sends `SIG{signal}` to each of `pids` that still exists.
+fn signal_quietly(pids: &[u32], signal: &str) {
+    if pids.is_empty() {
+        return;
+    }
+    // Fails for a process that exited meanwhile, which needs no signal.
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(pids.iter().map(u32::to_string))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The last lines of a log, for error messages.
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    if tail.is_empty() {
+        "(empty log)".to_owned()
+    } else {
+        tail
+    }
 }
 
 /// The uid and gid of `user`, from `/etc/passwd`.
@@ -376,24 +552,17 @@ fn is_alive(pid: u32) -> bool {
     stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
 }
 
-/// Sends `SIG{signal}` to each of `pids` that still exists.
-fn signal_quietly(pids: &[u32], signal: &str) {
-    if pids.is_empty() {
-        return;
-    }
-    // Fails for a process that exited meanwhile, which needs no signal.
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .args(pids.iter().map(u32::to_string))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let t = tail(&log);
+        assert!(t.starts_with("line 70\n") && t.ends_with("line 99"), "{t}");
+        assert_eq!(tail(""), "(empty log)");
+    }
 
     #[test]
     fn free_ports_are_never_the_system_servers() {

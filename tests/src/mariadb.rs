@@ -1,17 +1,16 @@
 //! A throwaway MariaDB server from Debian's `mariadb-server` package.
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::daemon::{Daemon, find_binary, free_port, not_installed};
+use crate::HarnessError;
+use crate::daemon::{Kind, RunAs, ServerProcess, find_binary, free_port, not_installed};
 use crate::error::chain;
 use crate::postgres::same_dir;
 use crate::process::Captured;
-use crate::{HarnessError, POLL_INTERVAL};
 
 /// The Debian package with `mariadbd`, `mariadb-install-db` and (through its dependencies)
 /// the `mariadb` client.
@@ -52,6 +51,19 @@ const DATA_DIR: &str = "data";
 const SOCKET: &str = "mariadb.sock";
 /// What the server logs once it accepts connections.
 const READY_LINE: &str = "ready for connections";
+/// How the harness names a MariaDB server, its temp dir and its log, and runs it.
+const MARIADB: Kind = Kind {
+    name: "MariaDB server",
+    dir: "mariadbd",
+    tag: "mariadbd",
+    log_file: "mariadbd.log",
+    ready_timeout: READY_TIMEOUT,
+    run_as: Some(RunAs {
+        user: SERVER_USER,
+        package: PACKAGE,
+    }),
+    forks: true,
+};
 
 /// A MariaDB server that this test started, on a free `127.0.0.1` port (never 3306), with its
 /// unix socket, pid file, data and log in its own temp dir.
@@ -82,7 +94,7 @@ const READY_LINE: &str = "ready for connections";
 ///
 /// `MariaDbServer` is `Send + Sync`: share `&MariaDbServer` between threads freely.
 pub struct MariaDbServer {
-    daemon: Daemon,
+    process: ServerProcess,
     /// `mariadbd`.
     server: PathBuf,
     /// The `mariadb` client.
@@ -114,9 +126,8 @@ impl MariaDbServer {
         let client = binary(&["mariadb", "mysql"])?;
         let mut last_error = HarnessError::NoFreePort;
         for _ in 0..SPAWN_ATTEMPTS {
-            let daemon = Daemon::create("mariadbd", free_port()?, SERVER_USER, PACKAGE)?;
             let mut db = MariaDbServer {
-                daemon,
+                process: ServerProcess::create(MARIADB, free_port()?)?,
                 server: server.clone(),
                 client: client.clone(),
             };
@@ -137,12 +148,12 @@ impl MariaDbServer {
 
     /// The server's TCP port on `127.0.0.1`.
     pub fn port(&self) -> u16 {
-        self.daemon.port()
+        self.process.port()
     }
 
     /// The server's socket address, `127.0.0.1:{port}`.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()))
+        self.process.addr()
     }
 
     /// The URL of the database `test` as `root`, over TCP, without a password:
@@ -153,23 +164,23 @@ impl MariaDbServer {
 
     /// The server's unix socket, `mariadb.sock` in its temp dir.
     pub fn socket(&self) -> PathBuf {
-        self.daemon.dir().join(SOCKET)
+        self.process.dir().join(SOCKET)
     }
 
     /// The server's temp dir: its socket, pid file, data dir `data/` and log; removed on
     /// drop.
     pub fn dir(&self) -> &Path {
-        self.daemon.dir()
+        self.process.dir()
     }
 
     /// The process id, or `None` once the server was killed or has exited.
     pub fn pid(&self) -> Option<u32> {
-        self.daemon.pid()
+        self.process.pid()
     }
 
     /// Whether the server process is alive (a paused server is alive).
     pub fn is_running(&self) -> bool {
-        self.pid().is_some()
+        self.process.is_running()
     }
 
     /// Freezes the server with `SIGSTOP`: connections stay open but nothing answers, not
@@ -180,7 +191,7 @@ impl MariaDbServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn pause(&self) {
-        self.daemon.signal_all("STOP");
+        self.process.pause();
     }
 
     /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
@@ -190,14 +201,14 @@ impl MariaDbServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn resume(&self) {
-        self.daemon.signal_all("CONT");
+        self.process.resume();
     }
 
     /// Kills the server with `SIGKILL`, as a crash would, and waits for it to exit: every
     /// connection drops. The data dir stays: [`restart`](Self::restart) starts the server
     /// again from there, on the same port. Killing a server that is not running does nothing.
     pub fn kill(&mut self) {
-        self.daemon.kill();
+        self.process.kill();
     }
 
     /// Kills the server if it is running and starts it again on the same port with the same
@@ -211,11 +222,7 @@ impl MariaDbServer {
     #[track_caller]
     pub fn restart(&mut self) {
         if let Err(e) = self.try_restart() {
-            panic!(
-                "could not restart the test MariaDB server on port {}: {}",
-                self.port(),
-                chain(&e)
-            );
+            self.process.restart_failed(&e);
         }
     }
 
@@ -257,16 +264,16 @@ impl MariaDbServer {
     /// The server log so far: what `mariadb-install-db` printed, then every run of the
     /// server.
     pub fn log(&self) -> String {
-        self.daemon.log()
+        self.process.log()
     }
 
     fn data_dir(&self) -> PathBuf {
-        self.daemon.dir().join(DATA_DIR)
+        self.process.dir().join(DATA_DIR)
     }
 
     /// Makes the system tables in `data/`.
     fn install(&self, install: &Path) -> Result<(), HarnessError> {
-        let mut command = self.daemon.command(install);
+        let mut command = self.process.command(install);
         command
             // First, as the script requires.
             .arg("--no-defaults")
@@ -274,7 +281,7 @@ impl MariaDbServer {
             // Passed on to `mariadbd --bootstrap`, as `--innodb-log-file-size` below: its
             // temporary tables in its own dir, for a server that starts removes every
             // `#sql*` file in its tmpdir, another's too.
-            .arg(format!("--tmpdir={}", self.daemon.dir().display()))
+            .arg(format!("--tmpdir={}", self.process.dir().display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -282,14 +289,14 @@ impl MariaDbServer {
                 // A small redo log from the start.
                 "--innodb-log-file-size=8M",
             ]);
-        self.daemon.setup(command, INSTALL_TIMEOUT, PACKAGE)
+        self.process.setup(command, INSTALL_TIMEOUT, PACKAGE)
     }
 
     /// Spawns `mariadbd` and waits until it accepts connections; on failure, leaves it
     /// killed.
     fn start(&mut self) -> Result<(), HarnessError> {
-        let dir = self.daemon.dir().to_path_buf();
-        let mut server = self.daemon.command(&self.server);
+        let dir = self.process.dir().to_path_buf();
+        let mut server = self.process.command(&self.server);
         server
             // First, as the server requires.
             .arg("--no-defaults")
@@ -302,74 +309,71 @@ impl MariaDbServer {
             .arg(format!("--tmpdir={}", dir.display()))
             .args(SETTINGS);
         // Without `--log-error`, the log goes to stderr, which is the log file.
-        let log_start = self.daemon.spawn(server, PACKAGE)?;
-        let ready = self.wait_ready(log_start);
-        if ready.is_err() {
-            self.daemon.kill();
-        }
-        ready
-    }
-
-    fn wait_ready(&mut self, log_start: u64) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        loop {
-            self.daemon.check_alive(log_start)?;
-            // It logs that line once it listens; it exits if it cannot bind its port.
-            if self.daemon.log_since(log_start).contains(READY_LINE) {
-                // And a client gets an answer over TCP, from our data dir.
-                let answer = self.sql_in(None, "SELECT @@datadir", PROBE_TIMEOUT);
-                if let Ok(dir) = answer {
-                    return if same_dir(Path::new(&dir), &self.data_dir()) {
-                        Ok(())
-                    } else {
-                        Err(HarnessError::PortInUse { port: self.port() })
-                    };
+        let program = self.server.to_string_lossy().into_owned();
+        let client = &self.client;
+        let data_dir = self.data_dir();
+        self.process.start(
+            &mut server,
+            |e| not_installed(&program, e, PACKAGE),
+            |process, _| {
+                // It logs that line once it listens; it exits if it cannot bind its port.
+                if !process.run_log().contains(READY_LINE) {
+                    return Ok(false);
                 }
-            }
-            if started.elapsed() >= READY_TIMEOUT {
-                return Err(self.daemon.not_ready(log_start, READY_TIMEOUT));
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+                // And a client gets an answer over TCP, from our data dir.
+                let port = process.port();
+                match sql(client, port, None, "SELECT @@datadir", PROBE_TIMEOUT) {
+                    Ok(dir) if same_dir(Path::new(&dir), &data_dir) => Ok(true),
+                    Ok(_) => Err(HarnessError::PortInUse { port }),
+                    Err(_) => Ok(false),
+                }
+            },
+        )
     }
 
-    /// Runs `query` with the `mariadb` client on `127.0.0.1:port` as root, in `database`.
+    /// Runs `query` in `database` with [`sql`].
     fn sql_in(
         &self,
         database: Option<&str>,
         query: &str,
         timeout: Duration,
     ) -> Result<String, HarnessError> {
-        let mut command = Command::new(&self.client);
-        command
-            // First, as the client requires: no option file, so no system socket or user.
-            .arg("--no-defaults")
-            .args(["--protocol=TCP", "--host=127.0.0.1"])
-            .arg(format!("--port={}", self.port()))
-            .arg(format!("--user={USER}"))
-            .args(["--batch", "--skip-column-names", "--raw"])
-            .arg(format!("--connect-timeout={}", timeout.as_secs().max(1)))
-            .arg(format!("--execute={query}"))
-            .args(database);
-        let what = format!("mariadb -e {query:?}");
-        let run = Captured::spawn_mapped(&mut command, what, |program, e| {
-            not_installed(program, e, PACKAGE)
-        })?;
-        let (stdout, _warnings) = run.wait_split(Instant::now() + timeout)?;
-        Ok(stdout.strip_suffix('\n').unwrap_or(&stdout).to_owned())
+        sql(&self.client, self.port(), database, query, timeout)
     }
 }
 
 impl fmt::Debug for MariaDbServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MariaDbServer")
-            .field("port", &self.port())
-            .field("pid", &self.pid())
-            .field("dir", &self.dir())
-            .finish()
+        self.process.debug_as("MariaDbServer", f)
     }
 }
 
+/// Runs `query` with the `mariadb` `client` on `127.0.0.1:port` as root, in `database`.
+fn sql(
+    client: &Path,
+    port: u16,
+    database: Option<&str>,
+    query: &str,
+    timeout: Duration,
+) -> Result<String, HarnessError> {
+    let mut command = Command::new(client);
+    command
+        // First, as the client requires: no option file, so no system socket or user.
+        .arg("--no-defaults")
+        .args(["--protocol=TCP", "--host=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--user={USER}"))
+        .args(["--batch", "--skip-column-names", "--raw"])
+        .arg(format!("--connect-timeout={}", timeout.as_secs().max(1)))
+        .arg(format!("--execute={query}"))
+        .args(database);
+    let what = format!("mariadb -e {query:?}");
+    let run = Captured::spawn_mapped(&mut command, what, |program, e| {
+        not_installed(program, e, PACKAGE)
+    })?;
+    let (stdout, _warnings) = run.wait_split(Instant::now() + timeout)?;
+    Ok(stdout.strip_suffix('\n').unwrap_or(&stdout).to_owned())
+}
 /// The first of `names` in `/usr/sbin` or on `PATH`.
 fn binary(names: &[&str]) -> Result<PathBuf, HarnessError> {
     find_binary(names, &[Path::new(SBIN)]).ok_or_else(|| HarnessError::NotInstalled {
@@ -393,7 +397,7 @@ mod tests {
         let first = MariaDbServer::spawn();
         let port = first.port();
         let mut second = MariaDbServer {
-            daemon: Daemon::create("mariadbd", port, SERVER_USER, PACKAGE).unwrap(),
+            process: ServerProcess::create(MARIADB, port).unwrap(),
             server: first.server.clone(),
             client: first.client.clone(),
         };

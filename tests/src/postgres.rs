@@ -2,16 +2,15 @@
 
 use std::fmt;
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::daemon::{Daemon, find_binary, free_port, not_installed};
+use crate::HarnessError;
+use crate::daemon::{Kind, RunAs, ServerProcess, find_binary, free_port, not_installed};
 use crate::error::chain;
 use crate::process::Captured;
-use crate::{HarnessError, POLL_INTERVAL};
 
 /// The Debian package with `initdb`, `postgres` and `psql`.
 const PACKAGE: &str = "postgresql";
@@ -45,6 +44,19 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 const SPAWN_ATTEMPTS: usize = 5;
 /// The data dir, inside the server's temp dir.
 const DATA_DIR: &str = "data";
+/// How the harness names a PostgreSQL server, its temp dir and its log, and runs it.
+const POSTGRES: Kind = Kind {
+    name: "PostgreSQL server",
+    dir: "postgres",
+    tag: "postgres",
+    log_file: "postgres.log",
+    ready_timeout: READY_TIMEOUT,
+    run_as: Some(RunAs {
+        user: SUPERUSER,
+        package: PACKAGE,
+    }),
+    forks: true,
+};
 /// The first line of `postmaster.pid` that says what the server is doing (`ready` when it
 /// accepts connections), counted from 0.
 const PID_FILE_STATUS_LINE: usize = 7;
@@ -79,7 +91,7 @@ const PID_FILE_STATUS_LINE: usize = 7;
 ///
 /// `PostgresServer` is `Send + Sync`: share `&PostgresServer` between threads freely.
 pub struct PostgresServer {
-    daemon: Daemon,
+    process: ServerProcess,
     /// The dir of `initdb`, `postgres` and `psql`.
     bin: PathBuf,
 }
@@ -106,9 +118,8 @@ impl PostgresServer {
         let bin = bin_dir()?;
         let mut last_error = HarnessError::NoFreePort;
         for _ in 0..SPAWN_ATTEMPTS {
-            let daemon = Daemon::create("postgres", free_port()?, SUPERUSER, PACKAGE)?;
             let mut server = PostgresServer {
-                daemon,
+                process: ServerProcess::create(POSTGRES, free_port()?)?,
                 bin: bin.clone(),
             };
             server.init()?;
@@ -125,12 +136,12 @@ impl PostgresServer {
 
     /// The server's TCP port on `127.0.0.1`.
     pub fn port(&self) -> u16 {
-        self.daemon.port()
+        self.process.port()
     }
 
     /// The server's socket address, `127.0.0.1:{port}`.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()))
+        self.process.addr()
     }
 
     /// The URL of the `postgres` database as the superuser, over TCP, without a password
@@ -145,22 +156,22 @@ impl PostgresServer {
     /// The dir of the server's unix socket, `.s.PGSQL.{port}` (its temp dir), for a client
     /// that connects with `host={socket_dir}`.
     pub fn socket_dir(&self) -> &Path {
-        self.daemon.dir()
+        self.process.dir()
     }
 
     /// The server's temp dir: its socket, its data dir `data/` and its log; removed on drop.
     pub fn dir(&self) -> &Path {
-        self.daemon.dir()
+        self.process.dir()
     }
 
     /// The process id of the postmaster, or `None` once the server was killed or has exited.
     pub fn pid(&self) -> Option<u32> {
-        self.daemon.pid()
+        self.process.pid()
     }
 
     /// Whether the server process is alive (a paused server is alive).
     pub fn is_running(&self) -> bool {
-        self.pid().is_some()
+        self.process.is_running()
     }
 
     /// Freezes the server and every backend with `SIGSTOP`: connections stay open but
@@ -171,7 +182,7 @@ impl PostgresServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn pause(&self) {
-        self.daemon.signal_all("STOP");
+        self.process.pause();
     }
 
     /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
@@ -181,7 +192,7 @@ impl PostgresServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn resume(&self) {
-        self.daemon.signal_all("CONT");
+        self.process.resume();
     }
 
     /// Kills the server and its backends with `SIGKILL`, as a crash would, and waits until
@@ -189,7 +200,7 @@ impl PostgresServer {
     /// starts the server again from there, on the same port. Killing a server that is not
     /// running does nothing.
     pub fn kill(&mut self) {
-        self.daemon.kill();
+        self.process.kill();
     }
 
     /// Kills the server if it is running and starts it again on the same port with the same
@@ -203,11 +214,7 @@ impl PostgresServer {
     #[track_caller]
     pub fn restart(&mut self) {
         if let Err(e) = self.try_restart() {
-            panic!(
-                "could not restart the test PostgreSQL server on port {}: {}",
-                self.port(),
-                chain(&e)
-            );
+            self.process.restart_failed(&e);
         }
     }
 
@@ -251,16 +258,16 @@ impl PostgresServer {
 
     /// The server log so far: what `initdb` printed, then every run of the server.
     pub fn log(&self) -> String {
-        self.daemon.log()
+        self.process.log()
     }
 
     fn data_dir(&self) -> PathBuf {
-        self.daemon.dir().join(DATA_DIR)
+        self.process.dir().join(DATA_DIR)
     }
 
     /// Makes the cluster in `data/`.
     fn init(&self) -> Result<(), HarnessError> {
-        let mut initdb = self.daemon.command(&self.bin.join("initdb"));
+        let mut initdb = self.process.command(&self.bin.join("initdb"));
         initdb.arg("--pgdata").arg(self.data_dir()).args([
             "--username",
             SUPERUSER,
@@ -269,69 +276,55 @@ impl PostgresServer {
             "--encoding=UTF8",
             "--locale=C",
         ]);
-        self.daemon.setup(initdb, INIT_TIMEOUT, PACKAGE)
+        self.process.setup(initdb, INIT_TIMEOUT, PACKAGE)
     }
 
     /// Spawns `postgres` and waits until it accepts connections; on failure, leaves it
     /// killed.
     fn start(&mut self) -> Result<(), HarnessError> {
-        let mut postgres = self.daemon.command(&self.bin.join("postgres"));
+        let mut postgres = self.process.command(&self.bin.join("postgres"));
         postgres
             .arg("-D")
             .arg(self.data_dir())
             .arg("-p")
             .arg(self.port().to_string())
             .arg("-k")
-            .arg(self.daemon.dir());
+            .arg(self.process.dir());
         for setting in SETTINGS {
             postgres.args(["-c", setting]);
         }
-        let log_start = self.daemon.spawn(postgres, PACKAGE)?;
-        let ready = self.wait_ready(log_start);
-        if ready.is_err() {
-            self.daemon.kill();
-        }
-        ready
-    }
-
-    fn wait_ready(&mut self, log_start: u64) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        let pid_file = self.data_dir().join("postmaster.pid");
-        loop {
-            self.daemon.check_alive(log_start)?;
-            // The postmaster says `ready` in its pid file once it accepts connections; it
-            // exits if it cannot bind its one address, so the port is its own then.
-            let status = fs::read_to_string(&pid_file).unwrap_or_default();
-            let says_ready = status
-                .lines()
-                .nth(PID_FILE_STATUS_LINE)
-                .is_some_and(|line| line.trim() == "ready");
-            // And a client gets an answer over TCP, from our data dir.
-            if says_ready {
-                let answer = psql(&self.bin, self.port(), "SHOW data_directory", PROBE_TIMEOUT);
-                if let Ok(dir) = answer {
-                    return if same_dir(Path::new(&dir), &self.data_dir()) {
-                        Ok(())
-                    } else {
-                        Err(HarnessError::PortInUse { port: self.port() })
-                    };
+        let bin = &self.bin;
+        let data_dir = self.data_dir();
+        let pid_file = data_dir.join("postmaster.pid");
+        self.process.start(
+            &mut postgres,
+            |e| not_installed(&bin.join("postgres").to_string_lossy(), e, PACKAGE),
+            |process, _| {
+                // The postmaster says `ready` in its pid file once it accepts connections; it
+                // exits if it cannot bind its one address, so the port is its own then.
+                let status = fs::read_to_string(&pid_file).unwrap_or_default();
+                let says_ready = status
+                    .lines()
+                    .nth(PID_FILE_STATUS_LINE)
+                    .is_some_and(|line| line.trim() == "ready");
+                if !says_ready {
+                    return Ok(false);
                 }
-            }
-            if started.elapsed() >= READY_TIMEOUT {
-                return Err(self.daemon.not_ready(log_start, READY_TIMEOUT));
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+                // And a client gets an answer over TCP, from our data dir.
+                let port = process.port();
+                match psql(bin, port, "SHOW data_directory", PROBE_TIMEOUT) {
+                    Ok(dir) if same_dir(Path::new(&dir), &data_dir) => Ok(true),
+                    Ok(_) => Err(HarnessError::PortInUse { port }),
+                    Err(_) => Ok(false),
+                }
+            },
+        )
     }
 }
 
 impl fmt::Debug for PostgresServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresServer")
-            .field("port", &self.port())
-            .field("pid", &self.pid())
-            .field("dir", &self.dir())
-            .finish()
+        self.process.debug_as("PostgresServer", f)
     }
 }
 
@@ -402,7 +395,7 @@ mod tests {
         let first = PostgresServer::spawn();
         let port = first.port();
         let mut second = PostgresServer {
-            daemon: Daemon::create("postgres", port, SUPERUSER, PACKAGE).unwrap(),
+            process: ServerProcess::create(POSTGRES, port).unwrap(),
             bin: first.bin.clone(),
         };
         second.init().unwrap();

@@ -2,24 +2,22 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use redis::Value;
 
+use crate::daemon::{Kind, ServerProcess, bind_any_port};
 use crate::error::chain;
-use crate::{HarnessError, POLL_INTERVAL, ValueExt};
+use crate::{HarnessError, ValueExt};
 
 /// The binary [`RedisServer::spawn`] runs, looked up on `PATH`.
 pub(crate) const REDIS_SERVER: &str = "redis-server";
-/// How long a server may take to answer its first `PING`.
+/// How long a server may take to be ready once spawned.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connect, read and write timeout of [`RedisServer::cmd`].
 const CMD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,12 +30,17 @@ const PORT_DRAWS: usize = 100;
 /// Cluster nodes also listen on `port + 10000`, so their port must stay below this.
 const MAX_CLUSTER_PORT: u16 = u16::MAX - CLUSTER_BUS_OFFSET;
 const CLUSTER_BUS_OFFSET: u16 = 10000;
-/// Lines of the log quoted in error messages.
-const LOG_TAIL_LINES: usize = 30;
 const LOG_FILE: &str = "redis.log";
-
-/// Makes temp dir names unique within the process (the pid makes them unique across processes).
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+/// How the harness names a `redis-server`, its temp dir and its log.
+const REDIS: Kind = Kind {
+    name: REDIS_SERVER,
+    dir: "redis",
+    tag: REDIS_SERVER,
+    log_file: LOG_FILE,
+    ready_timeout: READY_TIMEOUT,
+    run_as: None,
+    forks: false,
+};
 
 /// A `redis-server` process that this test started, on a free `127.0.0.1` port.
 ///
@@ -47,12 +50,9 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 ///
 /// `RedisServer` is `Send + Sync`: share `&RedisServer` between threads freely.
 pub struct RedisServer {
-    port: u16,
-    dir: PathBuf,
+    process: ServerProcess,
     binary: String,
     args: Vec<OsString>,
-    /// `None` once killed. Behind a mutex because `is_running` needs `Child::try_wait`.
-    child: Mutex<Option<Child>>,
 }
 
 impl RedisServer {
@@ -152,13 +152,11 @@ impl RedisServer {
         let mut last_error = HarnessError::NoFreePort;
         for _ in 0..SPAWN_ATTEMPTS {
             let port = free_port(cluster)?;
-            let dir = make_dir("redis", port)?;
+            let process = ServerProcess::create(REDIS, port)?;
             let mut server = RedisServer {
-                args: args(port, &dir)?,
-                port,
-                dir,
+                args: args(port, process.dir())?,
+                process,
                 binary: binary.to_owned(),
-                child: Mutex::new(None),
             };
             match server.start() {
                 Ok(()) => return Ok(server),
@@ -173,29 +171,27 @@ impl RedisServer {
 
     /// The server's TCP port on `127.0.0.1`.
     pub fn port(&self) -> u16 {
-        self.port
+        self.process.port()
     }
 
     /// The server's socket address, `127.0.0.1:{port}`.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        self.process.addr()
     }
 
     /// The server's URL, `redis://127.0.0.1:{port}/`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://127.0.0.1:{}/", self.port())
     }
 
     /// The server's temp dir (its working dir, holding its log); removed on drop.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.process.dir()
     }
 
     /// The process id, or `None` once the server was killed or has exited.
     pub fn pid(&self) -> Option<u32> {
-        let mut child = self.child();
-        let child = child.as_mut()?;
-        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+        self.process.pid()
     }
 
     /// Freezes the server with `SIGSTOP`: it keeps its connections but answers nothing until
@@ -206,7 +202,7 @@ impl RedisServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn pause(&self) {
-        self.signal("STOP");
+        self.process.pause();
     }
 
     /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
@@ -216,7 +212,7 @@ impl RedisServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn resume(&self) {
-        self.signal("CONT");
+        self.process.resume();
     }
 
     /// Kills the server with `SIGKILL` and waits for it to exit; its data is lost.
@@ -224,16 +220,7 @@ impl RedisServer {
     /// The port stays this server's: [`restart`](Self::restart) starts it again there. Killing a
     /// server that is not running does nothing.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self
-            .child
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            // Fails only if it already exited; `wait` reaps it either way.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Starts the server again on the same port with the same arguments and empty data (the
@@ -247,11 +234,7 @@ impl RedisServer {
     #[track_caller]
     pub fn restart(&mut self) {
         if let Err(e) = self.try_restart() {
-            panic!(
-                "could not restart the test redis-server on port {}: {}",
-                self.port,
-                chain(&e)
-            );
+            self.process.restart_failed(&e);
         }
     }
 
@@ -263,7 +246,7 @@ impl RedisServer {
 
     /// Whether the server process is alive (a paused server is alive).
     pub fn is_running(&self) -> bool {
-        self.pid().is_some()
+        self.process.is_running()
     }
 
     /// Sends one command over a fresh connection and reads the reply, with a 5 s timeout.
@@ -283,9 +266,9 @@ impl RedisServer {
     ) -> Result<Value, HarnessError> {
         if !self.is_running() {
             // Never connect then: the port may already belong to another test's server.
-            return Err(HarnessError::NotRunning { port: self.port });
+            return Err(HarnessError::NotRunning { port: self.port() });
         }
-        request(self.port, args, timeout)
+        request(self.port(), args, timeout)
     }
 
     /// How many times the server has run `command` (lowercase, e.g. `"evalsha"`) since it
@@ -311,160 +294,36 @@ impl RedisServer {
     ///
     /// It also holds what the process wrote to stdout and stderr, e.g. a config error.
     pub fn log(&self) -> String {
-        fs::read(self.log_path())
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.join(LOG_FILE)
-    }
-
-    fn child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|e| e.into_inner())
+        self.process.log()
     }
 
     /// Spawns the process and waits until it answers `PING`; on failure, leaves it killed.
     fn start(&mut self) -> Result<(), HarnessError> {
-        let log_path = self.log_path();
-        let log_start = fs::metadata(&log_path).map_or(0, |m| m.len());
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))?;
-        let child = Command::new(&self.binary)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(|e| spawn_error(&self.binary, e))?;
-        *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
-        let ready = self.wait_ready(log_start);
-        if ready.is_err() {
-            self.kill();
-        }
-        ready
-    }
-
-    fn wait_ready(&mut self, log_start: u64) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        loop {
-            let (exited, pid) = {
-                let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
-                let child = child.as_mut().expect("wait_ready runs right after spawn");
-                let exited = child
-                    .try_wait()
-                    .map_err(|e| HarnessError::io("wait for redis-server", e))?;
-                (exited, child.id())
-            };
-            if let Some(status) = exited {
-                let log = self.log_since(log_start);
-                if log.contains("Address already in use") {
-                    return Err(HarnessError::PortInUse { port: self.port });
+        let port = self.port();
+        self.process.start(
+            Command::new(&self.binary).args(&self.args),
+            |e| spawn_error(&self.binary, e),
+            |_, pid| {
+                let pong = request(port, &["PING"], PROBE_TIMEOUT)
+                    .is_ok_and(|reply| reply.as_str() == Some("PONG"));
+                if !pong {
+                    return Ok(false);
                 }
-                return Err(HarnessError::Exited {
-                    port: self.port,
-                    status,
-                    log_tail: tail(&log),
-                });
-            }
-            let pong = request(self.port, &["PING"], PROBE_TIMEOUT)
-                .is_ok_and(|reply| reply.as_str() == Some("PONG"));
-            if pong {
                 // Make sure the PONG came from our process, not from one that took the port.
-                match server_pid(self.port) {
-                    Some(answering) if answering == pid => return Ok(()),
-                    Some(_) => return Err(HarnessError::PortInUse { port: self.port }),
-                    None => {}
+                match server_pid(port) {
+                    Some(answering) if answering == pid => Ok(true),
+                    Some(_) => Err(HarnessError::PortInUse { port }),
+                    None => Ok(false),
                 }
-            }
-            if started.elapsed() >= READY_TIMEOUT {
-                return Err(HarnessError::NotReady {
-                    port: self.port,
-                    waited: READY_TIMEOUT,
-                    log_tail: tail(&self.log_since(log_start)),
-                });
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
-    }
-
-    /// The log written since byte `start`, i.e. by the current run.
-    fn log_since(&self, start: u64) -> String {
-        let log = self.log();
-        let start = usize::try_from(start).unwrap_or(usize::MAX);
-        log.get(start..).unwrap_or(&log).to_owned()
-    }
-
-    #[track_caller]
-    fn signal(&self, signal: &str) {
-        let Some(pid) = self.pid() else {
-            panic!(
-                "cannot send SIG{signal} to the test redis-server on port {}: it is not running",
-                self.port
-            );
-        };
-        send_signal(pid, signal);
-    }
-}
-
-/// Sends `SIG{signal}` to `pid` with `kill`.
-///
-/// # Panics
-///
-/// If the signal cannot be sent.
-#[track_caller]
-pub(crate) fn send_signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .stdin(Stdio::null())
-        .status();
-    match status {
-        Ok(status) if status.success() => {}
-        Ok(status) => panic!("`kill -{signal} {pid}` failed ({status})"),
-        Err(e) => panic!("could not run `kill -{signal} {pid}`: {e}"),
+            },
+        )
     }
 }
 
 impl fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisServer")
-            .field("port", &self.port)
-            .field("pid", &self.pid())
-            .field("dir", &self.dir)
-            .finish()
+        self.process.debug_as("RedisServer", f)
     }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            print_log(&format!("[redis-server :{}] ", self.port), &self.log_path());
-        }
-        self.kill();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Prints the log at `path` to stderr, each line prefixed with `prefix`.
-pub(crate) fn print_log(prefix: &str, path: &Path) {
-    let log = fs::read(path)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default();
-    let mut out = format!("{prefix}log of {}:\n", path.display());
-    for line in log.lines() {
-        out.push_str(prefix);
-        out.push_str(line);
-        out.push('\n');
-    }
-    // One call, so logs of servers dropped on other threads do not interleave.
-    eprint!("{out}");
 }
 
 #[track_caller]
@@ -490,12 +349,7 @@ pub(crate) fn spawn_error(binary: &str, error: io::Error) -> HarnessError {
 /// A port that was free a moment ago; for a cluster node, one whose bus port is free too.
 fn free_port(cluster: bool) -> Result<u16, HarnessError> {
     for _ in 0..PORT_DRAWS {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| HarnessError::io("bind 127.0.0.1:0", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("read the address of a bound socket", e))?
-            .port();
+        let (_listener, port) = bind_any_port()?;
         if !cluster {
             return Ok(port);
         }
@@ -506,24 +360,6 @@ fn free_port(cluster: bool) -> Result<u16, HarnessError> {
         }
     }
     Err(HarnessError::NoFreePort)
-}
-
-/// Creates `<tmp>/lock-tests-<kind>-<pid>-<n>-<port>`.
-pub(crate) fn make_dir(kind: &str, port: u16) -> Result<PathBuf, HarnessError> {
-    let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "lock-tests-{kind}-{}-{n}-{port}",
-        std::process::id()
-    ));
-    let created = match fs::create_dir(&dir) {
-        // Left behind by an earlier, killed process that had our pid: it is not in use.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_dir_all(&dir).and_then(|()| fs::create_dir(&dir))
-        }
-        other => other,
-    };
-    created.map_err(|e| HarnessError::io(format!("create {}", dir.display()), e))?;
-    Ok(dir)
 }
 
 fn server_args(port: u16, dir: &Path, cluster: bool, extra: &[&str]) -> Vec<OsString> {
@@ -582,17 +418,6 @@ pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// The last lines of a log, for error messages.
-pub(crate) fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
-    if tail.is_empty() {
-        "(empty log)".to_owned()
-    } else {
-        tail
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,13 +464,11 @@ mod tests {
     fn a_taken_port_is_detected_not_mistaken_for_ours() {
         let first = RedisServer::spawn();
         let port = first.port();
-        let dir = make_dir("redis", port).unwrap();
+        let process = ServerProcess::create(REDIS, port).unwrap();
         let mut second = RedisServer {
-            args: server_args(port, &dir, false, &[]),
-            port,
-            dir,
+            args: server_args(port, process.dir(), false, &[]),
+            process,
             binary: REDIS_SERVER.to_owned(),
-            child: Mutex::new(None),
         };
         // `first` answers PING on that port, but it is not `second`'s process.
         let err = second.start().unwrap_err();
@@ -671,13 +494,5 @@ mod tests {
         assert_eq!(info_field(info, "process_id"), Some("42"));
         assert_eq!(info_field(info, "process"), None);
         assert_eq!(info_field(info, "missing"), None);
-    }
-
-    #[test]
-    fn tail_keeps_the_last_lines() {
-        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        let t = tail(&log);
-        assert!(t.starts_with("line 70\n") && t.ends_with("line 99"), "{t}");
-        assert_eq!(tail(""), "(empty log)");
     }
 }

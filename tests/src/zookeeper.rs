@@ -1,19 +1,19 @@
 //! ZooKeeper from Debian's `zookeeper` package: a standalone server, or a 3-node ensemble.
 
 use std::fmt;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::daemon::{Kind, ServerProcess, bind_any_port};
 use crate::error::chain;
 use crate::process::Captured;
-use crate::server::{make_dir, print_log, send_signal, spawn_error, tail};
+use crate::server::spawn_error;
 use crate::{HarnessError, POLL_INTERVAL};
 
 /// Where Debian installs Java libraries.
@@ -59,10 +59,10 @@ const SERVER_PROPERTIES: &[&str] = &[
 ];
 /// Nodes in an ensemble.
 const ENSEMBLE: usize = 3;
-/// How long a standalone server may take to serve, or an ensemble node to listen.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an ensemble may take to elect a leader that every running node follows.
 const QUORUM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server may take to be ready once spawned.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connect, read and write timeout of a four-letter word.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Timeout of one readiness probe; the loop around it has its own deadline.
@@ -73,7 +73,16 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 const SPAWN_ATTEMPTS: usize = 5;
 /// The port a ZooKeeper listens on by default, which may be a server of someone else's.
 const DEFAULT_PORT: u16 = 2181;
-const LOG_FILE: &str = "zookeeper.log";
+/// How the harness names a ZooKeeper server, its temp dir and its log.
+const ZOOKEEPER: Kind = Kind {
+    name: "ZooKeeper server",
+    dir: "zookeeper",
+    tag: "zookeeper",
+    log_file: "zookeeper.log",
+    ready_timeout: READY_TIMEOUT,
+    run_as: None,
+    forks: false,
+};
 const CONFIG_FILE: &str = "zoo.cfg";
 /// What a server that is not part of a quorum answers to most four-letter words.
 const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requests";
@@ -91,13 +100,10 @@ const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requ
 ///
 /// `ZooKeeperServer` is `Send + Sync`: share `&ZooKeeperServer` between threads freely.
 pub struct ZooKeeperServer {
-    port: u16,
-    dir: PathBuf,
+    process: ServerProcess,
     /// An ensemble node: ready once it listens, as it cannot serve without a quorum.
     member: bool,
     paused: AtomicBool,
-    /// `None` once killed. Behind a mutex because `is_running` needs `Child::try_wait`.
-    child: Mutex<Option<Child>>,
 }
 
 impl ZooKeeperServer {
@@ -141,13 +147,11 @@ impl ZooKeeperServer {
             ZOOKEEPER_PACKAGE,
         )?;
         let server = ZooKeeperServer {
-            port,
-            dir: make_dir("zookeeper", port)?,
+            process: ServerProcess::create(ZOOKEEPER, port)?,
             member: member.is_some(),
             paused: AtomicBool::new(false),
-            child: Mutex::new(None),
         };
-        let data = server.dir.join("data");
+        let data = server.dir().join("data");
         let write = |path: &Path, text: &str| {
             fs::write(path, text)
                 .map_err(|e| HarnessError::io(format!("write {}", path.display()), e))
@@ -159,7 +163,7 @@ impl ZooKeeperServer {
             "{SETTINGS}dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\n{quorum}",
             data = data.display(),
         );
-        write(&server.dir.join(CONFIG_FILE), &config)?;
+        write(&server.dir().join(CONFIG_FILE), &config)?;
         if let Some((id, _)) = member {
             write(&data.join("myid"), &format!("{id}\n"))?;
         }
@@ -168,36 +172,34 @@ impl ZooKeeperServer {
 
     /// The client port on `127.0.0.1`.
     pub fn port(&self) -> u16 {
-        self.port
+        self.process.port()
     }
 
     /// The client address, `127.0.0.1:{port}`.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        self.process.addr()
     }
 
     /// The connect string of this server alone, `127.0.0.1:{port}`; append a chroot such as
     /// `/app` to it if needed.
     pub fn connect_string(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.port())
     }
 
     /// The server's temp dir: its working dir, holding `zoo.cfg`, `data/` and its log;
     /// removed on drop.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.process.dir()
     }
 
     /// The process id, or `None` once the server was killed or has exited.
     pub fn pid(&self) -> Option<u32> {
-        let mut child = self.child();
-        let child = child.as_mut()?;
-        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+        self.process.pid()
     }
 
     /// Whether the server process is alive (a paused server is alive).
     pub fn is_running(&self) -> bool {
-        self.pid().is_some()
+        self.process.is_running()
     }
 
     /// Freezes the server with `SIGSTOP`: it keeps its connections but answers nothing
@@ -208,7 +210,7 @@ impl ZooKeeperServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn pause(&self) {
-        self.signal("STOP");
+        self.process.pause();
         self.paused.store(true, Ordering::Relaxed);
     }
 
@@ -219,7 +221,7 @@ impl ZooKeeperServer {
     /// If the server is not running or the signal cannot be sent.
     #[track_caller]
     pub fn resume(&self) {
-        self.signal("CONT");
+        self.process.resume();
         self.paused.store(false, Ordering::Relaxed);
     }
 
@@ -227,16 +229,7 @@ impl ZooKeeperServer {
     /// dir stays: [`restart`](Self::restart) starts it again from there, on the same port.
     /// Killing a server that is not running does nothing.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self
-            .child
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            // Fails only if it already exited; `wait` reaps it either way.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
         self.paused.store(false, Ordering::Relaxed);
     }
 
@@ -252,11 +245,7 @@ impl ZooKeeperServer {
     #[track_caller]
     pub fn restart(&mut self) {
         if let Err(e) = self.try_restart() {
-            panic!(
-                "could not restart the test ZooKeeper server on port {}: {}",
-                self.port,
-                chain(&e)
-            );
+            self.process.restart_failed(&e);
         }
     }
 
@@ -276,9 +265,9 @@ impl ZooKeeperServer {
     pub fn four_letter(&self, word: &str) -> Result<String, HarnessError> {
         if !self.is_running() {
             // Never connect then: the port may already belong to another test's server.
-            return Err(HarnessError::NotRunning { port: self.port });
+            return Err(HarnessError::NotRunning { port: self.port() });
         }
-        four_letter(self.port, word, COMMAND_TIMEOUT)
+        four_letter(self.port(), word, COMMAND_TIMEOUT)
     }
 
     /// What the server is now: `"standalone"`, `"leader"` or `"follower"` (from `srvr`'s
@@ -287,8 +276,7 @@ impl ZooKeeperServer {
         if !self.is_running() || self.paused.load(Ordering::Relaxed) {
             return None;
         }
-        let srvr = four_letter(self.port, "srvr", PROBE_TIMEOUT).ok()?;
-        field(&srvr, "Mode: ").map(str::to_owned)
+        serving_mode(self.port())
     }
 
     /// How many znodes the server holds, `zk_znode_count` of `mntr`. A fresh server holds 5
@@ -302,13 +290,13 @@ impl ZooKeeperServer {
         let mntr = self.four_letter("mntr").unwrap_or_else(|e| {
             panic!(
                 "mntr failed on the ZooKeeper server on port {}: {}",
-                self.port,
+                self.port(),
                 chain(&e)
             )
         });
         field(&mntr, "zk_znode_count\t")
             .and_then(|count| count.parse().ok())
-            .unwrap_or_else(|| panic!("no zk_znode_count in mntr on port {}: {mntr}", self.port))
+            .unwrap_or_else(|| panic!("no zk_znode_count in mntr on port {}: {mntr}", self.port()))
     }
 
     /// Runs one command of ZooKeeper's own CLI (`zkCli.sh`, `org.apache.zookeeper.ZooKeeperMain`)
@@ -348,141 +336,51 @@ impl ZooKeeperServer {
     /// The server log so far (every run of it, for a restarted server): what the JVM wrote
     /// to stdout and stderr.
     pub fn log(&self) -> String {
-        fs::read(self.log_path())
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.join(LOG_FILE)
-    }
-
-    fn child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|e| e.into_inner())
+        self.process.log()
     }
 
     /// Spawns the JVM and waits until the server is ready; on failure, leaves it killed.
     fn start(&mut self) -> Result<(), HarnessError> {
-        let log_path = self.log_path();
-        let log_start = fs::metadata(&log_path).map_or(0, |m| m.len());
-        let open = || {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))
-        };
-        let child = Command::new(JAVA)
-            .args(FAST_JVM)
-            .args(SERVER_PROPERTIES)
-            .arg("-cp")
-            .arg(classpath(&[ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR]))
-            .arg(SERVER_MAIN)
-            .arg(self.dir.join(CONFIG_FILE))
-            // `envi` names it as `user.dir`, which tells our server from another's.
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(open()?)
-            .stderr(open()?)
-            .spawn()
-            .map_err(|e| java_error(JAVA, e))?;
-        *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
-        let ready = self.wait_ready(log_start);
-        if ready.is_err() {
-            self.kill();
-        }
-        ready
-    }
-
-    fn wait_ready(&mut self, log_start: u64) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        loop {
-            self.check_alive(log_start)?;
-            // A node of an ensemble cannot serve on its own: it is ready once it listens.
-            let ready = if self.member {
-                four_letter(self.port, "ruok", PROBE_TIMEOUT).is_ok_and(|a| a == "imok")
-            } else {
-                self.mode().as_deref() == Some("standalone")
-            };
-            // Make sure the answer came from our process, not from one that took the port.
-            let envi = ready.then(|| four_letter(self.port, "envi", PROBE_TIMEOUT).ok());
-            if let Some(Some(envi)) = envi {
-                // The JVM's working dir, with symbolic links resolved.
-                let ours = fs::canonicalize(&self.dir).ok();
-                return match field(&envi, "user.dir=") {
-                    Some(dir) if ours.as_deref() == Some(Path::new(dir)) => Ok(()),
-                    _ => Err(HarnessError::PortInUse { port: self.port }),
+        let member = self.member;
+        let dir = self.dir().to_owned();
+        self.process.start(
+            Command::new(JAVA)
+                .args(FAST_JVM)
+                .args(SERVER_PROPERTIES)
+                .arg("-cp")
+                .arg(classpath(&[ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR]))
+                .arg(SERVER_MAIN)
+                .arg(dir.join(CONFIG_FILE))
+                // `envi` names it as `user.dir`, which tells our server from another's.
+                .current_dir(&dir),
+            |e| java_error(JAVA, e),
+            |process, _| {
+                let port = process.port();
+                // A node of an ensemble cannot serve on its own: it is ready once it listens.
+                let ready = if member {
+                    four_letter(port, "ruok", PROBE_TIMEOUT).is_ok_and(|a| a == "imok")
+                } else {
+                    serving_mode(port).as_deref() == Some("standalone")
                 };
-            }
-            if started.elapsed() >= READY_TIMEOUT {
-                return Err(HarnessError::NotReady {
-                    port: self.port,
-                    waited: READY_TIMEOUT,
-                    log_tail: tail(&self.log_since(log_start)),
-                });
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
-    }
-
-    /// `Ok` while the process runs (or was killed on purpose); why it exited otherwise.
-    fn check_alive(&mut self, log_start: u64) -> Result<(), HarnessError> {
-        let exited = match self.child.get_mut().unwrap_or_else(|e| e.into_inner()) {
-            Some(child) => child
-                .try_wait()
-                .map_err(|e| HarnessError::io("wait for the ZooKeeper server", e))?,
-            None => None,
-        };
-        let Some(status) = exited else {
-            return Ok(());
-        };
-        let log = self.log_since(log_start);
-        if log.contains("Address already in use") {
-            return Err(HarnessError::PortInUse { port: self.port });
-        }
-        Err(HarnessError::Exited {
-            port: self.port,
-            status,
-            log_tail: tail(&log),
-        })
-    }
-
-    /// The log written since byte `start`, i.e. by the current run.
-    fn log_since(&self, start: u64) -> String {
-        let log = self.log();
-        let start = usize::try_from(start).unwrap_or(usize::MAX);
-        log.get(start..).unwrap_or(&log).to_owned()
-    }
-
-    #[track_caller]
-    fn signal(&self, signal: &str) {
-        let Some(pid) = self.pid() else {
-            panic!(
-                "cannot send SIG{signal} to the test ZooKeeper server on port {}: it is not running",
-                self.port
-            );
-        };
-        send_signal(pid, signal);
+                // Make sure the answer came from our process, not from one that took the port.
+                let envi = ready.then(|| four_letter(port, "envi", PROBE_TIMEOUT).ok());
+                let Some(Some(envi)) = envi else {
+                    return Ok(false);
+                };
+                // The JVM's working dir, with symbolic links resolved.
+                let ours = fs::canonicalize(&dir).ok();
+                match field(&envi, "user.dir=") {
+                    Some(dir) if ours.as_deref() == Some(Path::new(dir)) => Ok(true),
+                    _ => Err(HarnessError::PortInUse { port }),
+                }
+            },
+        )
     }
 }
 
 impl fmt::Debug for ZooKeeperServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZooKeeperServer")
-            .field("port", &self.port)
-            .field("pid", &self.pid())
-            .field("dir", &self.dir)
-            .finish()
-    }
-}
-
-impl Drop for ZooKeeperServer {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            print_log(&format!("[zookeeper :{}] ", self.port), &self.log_path());
-        }
-        self.kill();
-        let _ = fs::remove_dir_all(&self.dir);
+        self.process.debug_as("ZooKeeperServer", f)
     }
 }
 
@@ -663,7 +561,7 @@ impl ZooKeeperEnsemble {
                             None if node.is_running() => "not serving",
                             None => "not running",
                         };
-                        format!("port {}: {state}", node.port)
+                        format!("port {}: {state}", node.port())
                     })
                     .collect::<Vec<_>>()
                     .join(", ");
@@ -693,12 +591,7 @@ fn free_ports<const N: usize>() -> Result<[u16; N], HarnessError> {
     let mut listeners = Vec::with_capacity(N);
     let mut found = 0;
     while found < N {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| HarnessError::io("bind 127.0.0.1:0", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("read the address of a bound socket", e))?
-            .port();
+        let (listener, port) = bind_any_port()?;
         if port != DEFAULT_PORT {
             ports[found] = port;
             found += 1;
@@ -763,6 +656,12 @@ fn four_letter(port: u16, word: &str, timeout: Duration) -> Result<String, Harne
         .read_to_string(&mut answer)
         .map_err(|e| HarnessError::io(format!("read the answer to {word} from {addr}"), e))?;
     Ok(answer)
+}
+
+/// What the server on `port` says it is in `srvr`'s `Mode:`, or `None` if it does not serve.
+fn serving_mode(port: u16) -> Option<String> {
+    let srvr = four_letter(port, "srvr", PROBE_TIMEOUT).ok()?;
+    field(&srvr, "Mode: ").map(str::to_owned)
 }
 
 /// The rest of the first line that starts with `prefix`, e.g. `Mode: ` in `srvr`.
