@@ -427,6 +427,26 @@ pub(crate) fn not_installed(
     }
 }
 
+/// How many fresh ports to try when the chosen one gets taken before the server binds it.
+const SPAWN_ATTEMPTS: usize = 5;
+
+/// Calls `start` (which starts a server on a port it draws) again while it fails with
+/// [`HarnessError::PortInUse`]: someone bound the port between the draw and the server's
+/// bind. Each failed try's server is dropped, which frees its dir; after
+/// `SPAWN_ATTEMPTS` tries, the last such error.
+pub(crate) fn on_a_free_port<T>(
+    mut start: impl FnMut() -> Result<T, HarnessError>,
+) -> Result<T, HarnessError> {
+    let mut last_error = HarnessError::NoFreePort;
+    for _ in 0..SPAWN_ATTEMPTS {
+        match start() {
+            Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
+            other => return other,
+        }
+    }
+    Err(last_error)
+}
+
 /// A port for a database server that was free a moment ago, none of [`SYSTEM_PORTS`].
 pub(crate) fn free_port() -> Result<u16, HarnessError> {
     // Held open together, so that the next draw is another port.

@@ -7,7 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::HarnessError;
-use crate::daemon::{Kind, RunAs, ServerProcess, find_binary, free_port, not_installed};
+use crate::daemon::{
+    Kind, RunAs, ServerProcess, find_binary, free_port, not_installed, on_a_free_port,
+};
 use crate::error::chain;
 use crate::postgres::same_dir;
 use crate::process::Captured;
@@ -44,8 +46,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const SQL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deadline of one readiness probe; the loop around it has its own deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many fresh ports to try when the chosen one gets taken before the server binds it.
-const SPAWN_ATTEMPTS: usize = 5;
 /// The data dir, inside the server's temp dir.
 const DATA_DIR: &str = "data";
 const SOCKET: &str = "mariadb.sock";
@@ -124,26 +124,18 @@ impl MariaDbServer {
         let server = binary(&["mariadbd", "mysqld"])?;
         let install = binary(&["mariadb-install-db", "mysql_install_db"])?;
         let client = binary(&["mariadb", "mysql"])?;
-        let mut last_error = HarnessError::NoFreePort;
-        for _ in 0..SPAWN_ATTEMPTS {
+        let db = on_a_free_port(|| {
             let mut db = MariaDbServer {
                 process: ServerProcess::create(MARIADB, free_port()?)?,
                 server: server.clone(),
                 client: client.clone(),
             };
             db.install(&install)?;
-            match db.start() {
-                Ok(()) => {
-                    db.sql_in(None, &format!("CREATE DATABASE {DATABASE}"), SQL_TIMEOUT)?;
-                    return Ok(db);
-                }
-                // Someone bound the port between our probe and the server's bind: try another.
-                // Dropping `db` removes its dir.
-                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error)
+            db.start()?;
+            Ok(db)
+        })?;
+        db.sql_in(None, &format!("CREATE DATABASE {DATABASE}"), SQL_TIMEOUT)?;
+        Ok(db)
     }
 
     /// The server's TCP port on `127.0.0.1`.

@@ -8,7 +8,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::HarnessError;
-use crate::daemon::{Kind, RunAs, ServerProcess, find_binary, free_port, not_installed};
+use crate::daemon::{
+    Kind, RunAs, ServerProcess, find_binary, free_port, not_installed, on_a_free_port,
+};
 use crate::error::chain;
 use crate::process::Captured;
 
@@ -40,8 +42,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deadline of one readiness probe; the loop around it has its own deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many fresh ports to try when the chosen one gets taken before the server binds it.
-const SPAWN_ATTEMPTS: usize = 5;
 /// The data dir, inside the server's temp dir.
 const DATA_DIR: &str = "data";
 /// How the harness names a PostgreSQL server, its temp dir and its log, and runs it.
@@ -116,22 +116,15 @@ impl PostgresServer {
     /// [`spawn`](Self::spawn) that returns the error instead of panicking.
     pub fn try_spawn() -> Result<PostgresServer, HarnessError> {
         let bin = bin_dir()?;
-        let mut last_error = HarnessError::NoFreePort;
-        for _ in 0..SPAWN_ATTEMPTS {
+        on_a_free_port(|| {
             let mut server = PostgresServer {
                 process: ServerProcess::create(POSTGRES, free_port()?)?,
                 bin: bin.clone(),
             };
             server.init()?;
-            match server.start() {
-                Ok(()) => return Ok(server),
-                // Someone bound the port between our probe and the server's bind: try another.
-                // Dropping `server` removes its dir.
-                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error)
+            server.start()?;
+            Ok(server)
+        })
     }
 
     /// The server's TCP port on `127.0.0.1`.

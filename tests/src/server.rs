@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::daemon::{Kind, ServerProcess, bind_any_port};
+use crate::daemon::{Kind, ServerProcess, bind_any_port, on_a_free_port};
 use crate::error::chain;
 use crate::{HarnessError, ValueExt};
 
@@ -23,8 +23,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const CMD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read timeout of one readiness probe; the loop around it has its own deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// How many fresh ports to try when the chosen one gets taken before the server binds it.
-const SPAWN_ATTEMPTS: usize = 5;
 /// How many random ports to draw when looking for one whose cluster bus port is free too.
 const PORT_DRAWS: usize = 100;
 /// Cluster nodes also listen on `port + 10000`, so their port must stay below this.
@@ -149,8 +147,7 @@ impl RedisServer {
         cluster: bool,
         args: impl Fn(u16, &Path) -> Result<Vec<OsString>, HarnessError>,
     ) -> Result<RedisServer, HarnessError> {
-        let mut last_error = HarnessError::NoFreePort;
-        for _ in 0..SPAWN_ATTEMPTS {
+        on_a_free_port(|| {
             let port = free_port(cluster)?;
             let process = ServerProcess::create(REDIS, port)?;
             let mut server = RedisServer {
@@ -158,15 +155,9 @@ impl RedisServer {
                 process,
                 binary: binary.to_owned(),
             };
-            match server.start() {
-                Ok(()) => return Ok(server),
-                // Someone bound the port between our probe and the server's bind: try another.
-                // Dropping `server` removes its dir.
-                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error)
+            server.start()?;
+            Ok(server)
+        })
     }
 
     /// The server's TCP port on `127.0.0.1`.

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::daemon::{Kind, ServerProcess, bind_any_port};
+use crate::daemon::{Kind, ServerProcess, bind_any_port, on_a_free_port};
 use crate::error::chain;
 use crate::process::Captured;
 use crate::server::spawn_error;
@@ -69,8 +69,6 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Deadline of one ZooKeeper CLI command.
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
-/// How many fresh ports to try when a chosen one gets taken before the server binds it.
-const SPAWN_ATTEMPTS: usize = 5;
 /// The port a ZooKeeper listens on by default, which may be a server of someone else's.
 const DEFAULT_PORT: u16 = 2181;
 /// How the harness names a ZooKeeper server, its temp dir and its log.
@@ -125,18 +123,12 @@ impl ZooKeeperServer {
 
     /// [`spawn`](Self::spawn) that returns the error instead of panicking.
     pub fn try_spawn() -> Result<ZooKeeperServer, HarnessError> {
-        let mut last_error = HarnessError::NoFreePort;
-        for _ in 0..SPAWN_ATTEMPTS {
+        on_a_free_port(|| {
             let port = free_ports::<1>()?[0];
             let mut server = ZooKeeperServer::create(port, None)?;
-            match server.start() {
-                Ok(()) => return Ok(server),
-                // Someone bound the port between our probe and the server's bind: try another.
-                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error)
+            server.start()?;
+            Ok(server)
+        })
     }
 
     /// A server with its dir and config on `port`, not started yet; an ensemble `member` is
@@ -423,15 +415,8 @@ impl ZooKeeperEnsemble {
 
     /// [`spawn`](Self::spawn) that returns the error instead of panicking.
     pub fn try_spawn() -> Result<ZooKeeperEnsemble, HarnessError> {
-        let mut last_error = HarnessError::NoFreePort;
-        for _ in 0..SPAWN_ATTEMPTS {
-            match Self::spawn_once() {
-                // Dropping the nodes started so far frees their ports for another try.
-                Err(e @ HarnessError::PortInUse { .. }) => last_error = e,
-                other => return other,
-            }
-        }
-        Err(last_error)
+        // Dropping the nodes started so far frees their ports for another try.
+        on_a_free_port(Self::spawn_once)
     }
 
     fn spawn_once() -> Result<ZooKeeperEnsemble, HarnessError> {
