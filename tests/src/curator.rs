@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::daemon::make_dir;
 use crate::error::chain;
 use crate::process::Captured;
-use crate::zookeeper::{FAST_JVM, JAVA, check_installed, classpath};
+use crate::zookeeper::{FAST_JVM, JAVA, SLF4J_SIMPLE_JAR, check_installed, classpath};
 use crate::{HarnessError, POLL_INTERVAL};
 
 /// The Debian package with Curator's recipes (and, through its dependencies, the rest).
@@ -24,8 +24,6 @@ const CURATOR_JARS: &[&str] = &[
     "zookeeper.jar",
     "zookeeper-jute.jar",
 ];
-/// Logs warnings and errors to stderr; ZooKeeper's client logs much at `INFO`.
-const SLF4J_SIMPLE_JAR: &str = "slf4j-simple.jar";
 const JAVAC: &str = "javac";
 const CLASS: &str = "CuratorPeer";
 /// Deadline of the compilation.

@@ -33,8 +33,8 @@ pub(crate) const FAST_JVM: &[&str] = &[
 ];
 /// ZooKeeper's jar; its manifest's `Class-Path` names the jars it needs (jute, netty, slf4j..).
 const ZOOKEEPER_JAR: &str = "zookeeper.jar";
-/// The slf4j binding the server logs through, to stderr, which goes to its log file.
-const SLF4J_SIMPLE_JAR: &str = "slf4j-simple.jar";
+/// The slf4j binding that logs to stderr: the server's log file, and a Curator peer's output.
+pub(crate) const SLF4J_SIMPLE_JAR: &str = "slf4j-simple.jar";
 /// The slf4j binding that drops every log line, for the CLI, which prints what it has to say.
 const SLF4J_NOP_JAR: &str = "slf4j-nop.jar";
 const SERVER_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
