@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::backend::ZooKeeperStore;
 use lock_core::{LockKind, LockOptions, Locker};
 use lock_tests::{
-    CuratorLock, CuratorPeer, TcpProxy, ZooKeeperEnsemble, ZooKeeperServer, wait_until,
+    CuratorLock, CuratorPeer, TcpProxy, ZooKeeperEnsemble, ZooKeeperServer, eventually, wait_until,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -21,6 +21,8 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const ITERATIONS: u32 = 40;
 /// How long the container reaper may take to delete 15,000 containers.
 const REAPED: Duration = Duration::from_secs(180);
+/// Bounds each wait for an acquirer to start waiting, or for work to get under way.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 async fn locker(connect: &str, session_timeout: Duration) -> Locker {
     let store = ZooKeeperStore::builder(connect)
@@ -33,6 +35,18 @@ async fn locker(connect: &str, session_timeout: Duration) -> Locker {
         .build()
         .await
         .unwrap()
+}
+
+/// Waits until `locker.inspect(key)` counts `n` acquirers waiting for `key`.
+async fn until_waiting(locker: &Locker, key: &str, n: usize) {
+    eventually(PATIENCE, &format!("{n} waiting for {key}"), || {
+        let (locker, key) = (locker.clone(), key.to_owned());
+        async move {
+            let info = locker.inspect(&key).await.ok().flatten();
+            info.and_then(|info| info.waiting) == Some(n)
+        }
+    })
+    .await;
 }
 
 fn read_counter(path: &Path) -> u64 {
@@ -148,15 +162,7 @@ async fn a_curator_acquirer_and_ours_wait_for_a_permit_in_turn() {
         let wait = LockOptions::new().wait(WAIT);
         asking.semaphore("turns", 1).acquire_with(wait).await
     });
-    let started = Instant::now();
-    loop {
-        let info = holder.inspect("turns").await.unwrap();
-        if info.and_then(|info| info.waiting) == Some(2) {
-            break;
-        }
-        assert!(started.elapsed() < WAIT / 2, "ours never waited");
-        sleep(Duration::from_millis(20)).await;
-    }
+    until_waiting(&holder, "turns", 2).await;
     let (released, first_token) = (Instant::now(), permit.fencing_token());
     permit.release().await.unwrap();
     let curator = tokio::task::spawn_blocking(move || run.wait(WAIT / 2));
@@ -234,7 +240,7 @@ async fn a_semaphore_forced_open_lets_its_waiter_in() {
         let wait = LockOptions::new().wait(Duration::from_secs(20));
         waiting.semaphore("pool", 1).acquire_with(wait).await
     });
-    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    until_waiting(&holder, "pool", 1).await;
     let info = holder
         .inspect("pool")
         .await
@@ -271,7 +277,7 @@ async fn a_server_paused_past_the_session_timeout_loses_every_hold() {
         let wait = LockOptions::new().wait(Duration::from_secs(30));
         other.lock_with("paused", wait).await
     });
-    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    until_waiting(&locker, "paused", 1).await;
     server.pause();
     let paused = Instant::now();
     timeout(2 * SESSION + Duration::from_secs(1), guard.lost())
@@ -335,10 +341,14 @@ async fn work_goes_on_when_the_leader_is_killed() {
             done
         }));
     }
-    sleep(Duration::from_secs(1)).await;
     let total = |counters: &[std::sync::Mutex<(u64, u64)>]| -> u64 {
         counters.iter().map(|c| c.lock().unwrap().0).sum()
     };
+    eventually(PATIENCE, "work under way before the kill", || {
+        let counters = counters.clone();
+        async move { total(&counters) >= 50 }
+    })
+    .await;
     let before = total(&counters);
     let leader = ensemble.leader();
     ensemble.kill(leader);
@@ -378,7 +388,7 @@ async fn a_cut_shorter_than_the_session_timeout_loses_nothing() {
             through_proxy.lock_with("cut:waited", wait).await
         }
     });
-    sleep(Duration::from_millis(200)).await; // time to start waiting: no signal says it is
+    until_waiting(&other, "cut:waited", 1).await;
     assert!(proxy.cut() >= 1, "no connection to cut");
     assert!(guard.is_held().await.unwrap(), "held while reconnecting");
     sleep(SESSION * 2).await;
