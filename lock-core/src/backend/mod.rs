@@ -171,6 +171,8 @@
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |
 
 pub(crate) mod fence;
+#[cfg(feature = "postgres")]
+pub(crate) mod gates;
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;

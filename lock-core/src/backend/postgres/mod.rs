@@ -86,11 +86,12 @@ use tokio_util::sync::CancellationToken;
 pub use builder::{
     DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, PostgresStoreBuilder,
 };
-use holds::{Gates, Holds};
+use holds::Holds;
 pub use key::{AdvisoryKey, KeyMapping};
 use session::{Connect, Lent, Sessions};
 use take::Taken;
 
+use crate::backend::gates::Gates;
 use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
