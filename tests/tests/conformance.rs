@@ -1,17 +1,17 @@
 //! The conformance suite of `lock_core::conformance`, run against every store of this
 //! repository: memory (with leases, and with sessions), one Redis server, RedLock over
-//! three, Sentinel and Cluster, a ZooKeeper server and a PostgreSQL server. Each `conformance!` line at the bottom makes one module of
+//! three, Sentinel and Cluster, a ZooKeeper server, a PostgreSQL server and a MariaDB server. Each `conformance!` line at the bottom makes one module of
 //! tests (`memory::exclusion_loses_no_update`, ...).
 
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{MemoryStore, PostgresStore, ZooKeeperStore};
+use lock_core::backend::{MemoryStore, MySqlStore, PostgresStore, ZooKeeperStore};
 use lock_core::conformance::{Holds, StoreUnderTest};
 use lock_core::{Locker, conformance};
 use lock_tests::{
-    MASTER_NAME, PostgresServer, RedisCluster, RedisSentinel, RedisServer, ValueExt,
+    MASTER_NAME, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer, ValueExt,
     ZooKeeperServer, eventually, lock_key, sharded_subscribers, subscribed_lockers,
 };
 
@@ -289,6 +289,45 @@ impl StoreUnderTest for Postgres {
     }
 }
 
+/// A MariaDB server of the test's own; each `Locker` opens sessions of its own on it.
+#[derive(Debug)]
+struct MariaDb {
+    server: MariaDbServer,
+}
+
+impl MariaDb {
+    fn spawn() -> Self {
+        Self {
+            server: MariaDbServer::spawn(),
+        }
+    }
+}
+
+impl StoreUnderTest for MariaDb {
+    fn name(&self) -> &str {
+        "mysql"
+    }
+
+    fn holds(&self) -> Holds {
+        Holds::Session
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::mysql(&self.server.url())
+            .await
+            .expect("connect to the test mariadb server")
+    }
+
+    /// Drops the store's connections ([`MySqlStore::end_session`]).
+    async fn end_session(&self, locker: &Locker) {
+        let store: &dyn Any = locker.store().as_ref();
+        let store = store
+            .downcast_ref::<MySqlStore>()
+            .expect("a Locker of this store under test");
+        store.end_session();
+    }
+}
+
 /// Once one `Locker` listens for a lock's wake-ups on `server` (as `subscribers` counts),
 /// kills the pub/sub connections there, then waits until it listens again.
 async fn cut_pub_sub(server: &RedisServer, subscribers: impl Fn() -> usize) {
@@ -311,3 +350,4 @@ conformance!(sentinel, Sentinel::spawn());
 conformance!(cluster, Cluster::spawn());
 conformance!(zookeeper, ZooKeeper::spawn());
 conformance!(postgres, Postgres::spawn());
+conformance!(mariadb, MariaDb::spawn());

@@ -3,7 +3,8 @@
 //! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis ([`RedisStore`], or
 //! [`RedLockStore`] over independent masters), this process's memory ([`MemoryStore`]),
 //! a ZooKeeper ensemble (`ZooKeeperStore`, with the `zookeeper` feature), a PostgreSQL
-//! database (`PostgresStore`, with the `postgres` feature), or one of your
+//! database (`PostgresStore`, with the `postgres` feature), a MySQL or MariaDB server
+//! (`MySqlStore`, with the `mysql` feature), or one of your
 //! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
 //! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
 //! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
@@ -171,19 +172,27 @@
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |
 
 pub(crate) mod fence;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod gates;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod holds;
 pub(crate) mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod release;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sessions;
 pub(crate) mod store;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "mysql")]
+pub use mysql::{MySqlStore, MySqlStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};

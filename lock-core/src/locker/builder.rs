@@ -8,6 +8,8 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 
 use super::Locker;
+#[cfg(feature = "mysql")]
+use crate::backend::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::backend::PostgresStore;
 #[cfg(feature = "zookeeper")]
@@ -90,6 +92,8 @@ enum Choice {
     ZooKeeper(String),
     #[cfg(feature = "postgres")]
     Postgres(String),
+    #[cfg(feature = "mysql")]
+    MySql(String),
 }
 
 impl Choice {
@@ -102,6 +106,8 @@ impl Choice {
             Self::ZooKeeper(_) => 0,
             #[cfg(feature = "postgres")]
             Self::Postgres(_) => 0,
+            #[cfg(feature = "mysql")]
+            Self::MySql(_) => 0,
             Self::Cluster => 1,
             Self::Sentinel => 2,
             Self::Store(_) => 3,
@@ -130,6 +136,8 @@ impl fmt::Debug for Choice {
             }
             #[cfg(feature = "postgres")]
             Self::Postgres(url) => f.debug_tuple("Postgres").field(&redact(url)).finish(),
+            #[cfg(feature = "mysql")]
+            Self::MySql(url) => f.debug_tuple("MySql").field(&redact(url)).finish(),
         }
     }
 }
@@ -228,6 +236,15 @@ impl LockerBuilder {
     #[cfg(feature = "postgres")]
     pub fn postgres(self, url: &str) -> Self {
         self.choose(Choice::Postgres(url.to_owned()))
+    }
+
+    /// Keep the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
+    /// (see [`Locker::mysql`]). Shorthand for
+    /// [`MySqlStore::builder`](crate::backend::MySqlStore::builder) with its default
+    /// settings; build the store yourself for others.
+    #[cfg(feature = "mysql")]
+    pub fn mysql(self, url: &str) -> Self {
+        self.choose(Choice::MySql(url.to_owned()))
     }
 
     /// Keep the locks in `store`: one built by its own builder (a
@@ -353,6 +370,8 @@ impl LockerBuilder {
             }
             #[cfg(feature = "postgres")]
             Choice::Postgres(url) => Arc::new(PostgresStore::builder(&url).build().await?),
+            #[cfg(feature = "mysql")]
+            Choice::MySql(url) => Arc::new(MySqlStore::builder(&url).build().await?),
         };
         Ok(Locker::on(store, defaults, max_key_len))
     }
@@ -399,6 +418,10 @@ fn sole(
         #[cfg(feature = "postgres")]
         Some(Choice::Postgres(_)) if combined => refuse(
             "postgres(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), in_memory() or store(..)",
+        ),
+        #[cfg(feature = "mysql")]
+        Some(Choice::MySql(_)) if combined => refuse(
+            "mysql(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), postgres(..), in_memory() or store(..)",
         ),
         Some(choice @ Choice::RedLock(_)) => Ok(choice),
         _ if redlock_drift.is_some() => refuse("redlock_drift(..) applies only to redlock(..)"),

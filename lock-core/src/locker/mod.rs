@@ -236,6 +236,30 @@ impl Locker {
         Self::builder().postgres(url).build().await
     }
 
+    /// Keeps the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
+    /// (such as `"mysql://user:pass@host:3306/db"`), named as madelson's DistributedLock
+    /// names them, so that a .NET service's `MySqlDistributedLock` on the name `K` shares
+    /// the lock `K`. Holds last as long as their session, which the server ends once it is
+    /// idle for a lease (30 s); fencing tokens come from a counter table. See
+    /// [`crate::backend::mysql`].
+    ///
+    /// Shorthand for a [`MySqlStore`](crate::backend::MySqlStore) with its default
+    /// settings, plugged in with [`LockerBuilder::store`].
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::mysql("mysql://app:secret@10.0.0.5:3306/app").await?;
+    /// let guard = locker.lock("report:7").await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "mysql")]
+    pub async fn mysql(url: &str) -> Result<Locker, LockError> {
+        Self::builder().mysql(url).build().await
+    }
+
     /// Starts configuring a `Locker`.
     pub fn builder() -> LockerBuilder {
         LockerBuilder::default()

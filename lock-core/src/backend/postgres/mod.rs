@@ -70,7 +70,6 @@
 //! with every other hold on them.
 
 mod builder;
-mod holds;
 mod key;
 mod operator;
 mod session;
@@ -86,12 +85,13 @@ use tokio_util::sync::CancellationToken;
 pub use builder::{
     DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, PostgresStoreBuilder,
 };
-use holds::Holds;
 pub use key::{AdvisoryKey, KeyMapping};
-use session::{Connect, Lent, Sessions};
+use session::{Connect, Session, Sessions};
 use take::Taken;
 
 use crate::backend::gates::Gates;
+use crate::backend::holds::Holds;
+use crate::backend::sessions::{Lent, Session as _};
 use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
@@ -108,7 +108,7 @@ struct Inner {
     fence_table: String,
     mapping: KeyMapping,
     gates: Gates,
-    holds: Holds,
+    holds: Holds<Session, AdvisoryKey>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -154,7 +154,7 @@ impl PostgresStore {
     }
 
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.sessions.for_attempt().await? else {
+        let Some(session) = self.0.sessions.for_attempt(|_| true).await? else {
             return Ok(());
         };
         let sql = format!(
@@ -224,7 +224,7 @@ impl PostgresStore {
         let name = request.key.as_str();
         let table = &self.0.fence_table;
         loop {
-            if let Some(session) = self.0.sessions.for_attempt().await?
+            if let Some(session) = self.0.sessions.for_attempt(|_| true).await?
                 && let Some(taken) = take::once(session, table, name, key, request.kind).await?
             {
                 return Ok(Some(taken));
@@ -250,20 +250,20 @@ impl PostgresStore {
             return Ok(false);
         };
         let session = held.session.clone();
-        let freed = if session.has_ended() {
+        let freed = if session.state().has_ended() {
             Ok(false)
         } else {
             take::unlock(&session.client, held.key, held.kind).await
         };
-        session.hold_given_back();
+        session.state().hold_given_back();
         drop(held);
         self.0.gates.tidy();
         match freed {
             Ok(freed) => Ok(freed),
-            Err(_) if session.has_ended() => Ok(false),
+            Err(_) if session.state().has_ended() => Ok(false),
             Err(e) => {
                 // Whether it was freed is unknown: ending the session frees it.
-                session.end();
+                session.state().end();
                 Err(LockError::backend("postgres: cannot release a lock", e))
             }
         }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::key::AdvisoryKey;
 use super::session::Session;
+use crate::backend::sessions::Session as _;
 use crate::{LockError, LockKind};
 
 /// Whether a statement waits for the lock or makes one attempt.
@@ -30,7 +31,7 @@ pub(super) struct Taken(Option<(Arc<Session>, AdvisoryKey, LockKind, u64)>);
 
 impl Taken {
     fn new(session: Arc<Session>, key: AdvisoryKey, kind: LockKind, fence: u64) -> Self {
-        session.hold_taken();
+        session.state().hold_taken();
         Self(Some((session, key, kind, fence)))
     }
 
@@ -46,18 +47,18 @@ impl Drop for Taken {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let background = session.background.clone();
+            let background = session.state().background.clone();
             background.spawn_on(
                 async move {
                     if unlock(&session.client, key, kind).await.is_err() {
-                        session.end();
+                        session.state().end();
                     }
-                    session.hold_given_back();
+                    session.state().hold_given_back();
                 },
                 &runtime,
             );
         } else {
-            session.end();
+            session.state().end();
         }
     }
 }
@@ -75,7 +76,7 @@ pub(super) async fn once(
     match fence(&session, &sql, name, key).await {
         Ok(fence) => Ok(fence.map(|f| Taken::new(session, key, kind, f))),
         Err(e) => {
-            session.end();
+            session.state().end();
             Err(failed(name, "take it", e))
         }
     }
@@ -133,7 +134,7 @@ pub(super) async fn wait(
                 .batch_execute("SELECT pg_advisory_unlock_all()")
                 .await;
             if unlocked.is_err() {
-                session.end();
+                session.state().end();
             }
             let gave_up = [SqlState::LOCK_NOT_AVAILABLE, SqlState::QUERY_CANCELED];
             match e.code() {
@@ -156,7 +157,7 @@ async fn retire(session: &Session) {
             break;
         }
     }
-    session.end();
+    session.state().end();
 }
 
 /// Gives back one hold of `key` on the session of `client`: whether it held one.

@@ -1,4 +1,5 @@
-//! The holds this store took.
+//! The holds a session store (PostgreSQL, MySQL) took, each on a session of its own kind
+//! under a lock name of its own kind.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -6,17 +7,16 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::key::AdvisoryKey;
-use super::session::Session;
 use crate::LockKind;
 use crate::backend::gates::Pass;
+use crate::backend::sessions::Session;
 
-/// One hold: the session it lives on, its advisory key, and its place in the gate.
+/// One hold: the session it lives on, its lock on the server, and its place in the gate.
 #[derive(Debug)]
-pub(super) struct Held {
-    pub(super) session: Arc<Session>,
-    pub(super) key: AdvisoryKey,
-    pub(super) kind: LockKind,
+pub(crate) struct Held<S, K> {
+    pub(crate) session: Arc<S>,
+    pub(crate) key: K,
+    pub(crate) kind: LockKind,
     /// Given up as soon as the session ends, so that the store's other holders of the
     /// name need not wait for this hold's owner to let go of it.
     _pass: Arc<Mutex<Option<Pass>>>,
@@ -24,22 +24,28 @@ pub(super) struct Held {
 }
 
 /// Every hold this store took and has not given back, by owner token.
-#[derive(Debug, Default)]
-pub(super) struct Holds(Mutex<HashMap<Arc<str>, Held>>);
+#[derive(Debug)]
+pub(crate) struct Holds<S, K>(Mutex<HashMap<Arc<str>, Held<S, K>>>);
 
-impl Holds {
+impl<S, K> Default for Holds<S, K> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<S: Session, K> Holds<S, K> {
     /// Records the hold of `token`: the future that resolves when its session ends
     /// before it is given back.
-    pub(super) fn insert(
+    pub(crate) fn insert(
         &self,
         token: &Arc<str>,
-        session: Arc<Session>,
-        key: AdvisoryKey,
+        session: Arc<S>,
+        key: K,
         kind: LockKind,
         pass: Pass,
     ) -> impl Future<Output = ()> + Send + 'static {
         let released = CancellationToken::new();
-        let ended = session.ended();
+        let ended = session.state().ended();
         let pass = Arc::new(Mutex::new(Some(pass)));
         let lost = {
             let released = released.clone();
@@ -65,21 +71,21 @@ impl Holds {
     }
 
     /// Whether the hold of `token` lives.
-    pub(super) fn is_live(&self, token: &str) -> bool {
+    pub(crate) fn is_live(&self, token: &str) -> bool {
         self.map()
             .get(token)
-            .is_some_and(|h| !h.session.has_ended())
+            .is_some_and(|h| !h.session.state().has_ended())
     }
 
     /// Forgets the hold of `token`, whose owner gives it back: its loss is no longer
     /// reported.
-    pub(super) fn release(&self, token: &str) -> Option<Held> {
+    pub(crate) fn release(&self, token: &str) -> Option<Held<S, K>> {
         let held = self.map().remove(token)?;
         held.released.cancel();
         Some(held)
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held<S, K>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -1,0 +1,201 @@
+//! Configuring a MySQL/MariaDB store: its server, and every setting of its own.
+
+use std::fmt;
+use std::time::Duration;
+
+use mysql_async::Opts;
+
+use super::MySqlStore;
+use super::name::NameMapping;
+use super::session::Connect;
+use crate::LockError;
+use crate::backend::fence::check_table;
+
+/// How many connections a store opens at most, unless told otherwise: ten sessions of
+/// two connections each, so that five services' stores fit in a server's default
+/// `max_connections` (151) with room to spare.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 20;
+/// The table the fencing tokens are counted in, unless told otherwise.
+pub const DEFAULT_FENCE_TABLE: &str = "lock_fences";
+/// How long a holding session may stay idle before the server ends it, unless told
+/// otherwise.
+pub const DEFAULT_SESSION_LEASE: Duration = Duration::from_secs(30);
+
+/// Configures a [`MySqlStore`]: the server it connects to (given to
+/// [`MySqlStore::builder`]), and every setting of its own, each optional.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lock_core::Locker;
+/// use lock_core::backend::MySqlStore;
+/// use lock_core::backend::mysql::NameMapping;
+///
+/// let store = MySqlStore::builder("mysql://billing:s3cret@10.0.0.5:3306/billing")
+///     .max_connections(8)
+///     .fence_table("billing.lock_fences")
+///     .name_mapping(NameMapping::DistributedLock)
+///     .session_lease(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// let locker = Locker::builder().store(Arc::new(store)).build().await?;
+/// # let _ = locker;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A setting out of range is refused by [`build`](Self::build) before anything is
+/// connected to, with [`LockError::Config`]:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use lock_core::backend::MySqlStore;
+///
+/// let err = MySqlStore::builder("mysql://127.0.0.1:1/db")
+///     .session_lease(Duration::from_millis(1500))
+///     .build()
+///     .await
+///     .unwrap_err();
+/// assert!(err.is_config(), "{err}");
+/// assert!(err.to_string().contains("whole seconds"), "{err}");
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct MySqlStoreBuilder {
+    url: String,
+    max_connections: usize,
+    fence_table: String,
+    name_mapping: NameMapping,
+    session_lease: Duration,
+}
+
+impl MySqlStoreBuilder {
+    pub(super) fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            fence_table: DEFAULT_FENCE_TABLE.to_owned(),
+            name_mapping: NameMapping::default(),
+            session_lease: DEFAULT_SESSION_LEASE,
+        }
+    }
+
+    /// How many connections the store's sessions open at most
+    /// ([`DEFAULT_MAX_CONNECTIONS`] unless told otherwise; at least 2). A session is two
+    /// connections, its own and the one that watches it, so the store opens at most half
+    /// as many sessions. Holds share them; a session waiting inside the server for a lock
+    /// holds nothing else. When every one is busy waiting, a further acquire waits for one
+    /// to come free, until its deadline. `force_unlock`, `inspect` and giving up a wait
+    /// open one short-lived connection more each.
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// The InnoDB table that counts each lock's fencing tokens ([`DEFAULT_FENCE_TABLE`]
+    /// unless told otherwise), created on first use: a name, or `database.name`, of ASCII
+    /// letters, digits and `_`.
+    pub fn fence_table(mut self, table: impl Into<String>) -> Self {
+        self.fence_table = table.into();
+        self
+    }
+
+    /// How a lock's name becomes its `GET_LOCK` name ([`NameMapping::DistributedLock`]
+    /// unless told otherwise).
+    pub fn name_mapping(mut self, mapping: NameMapping) -> Self {
+        self.name_mapping = mapping;
+        self
+    }
+
+    /// How long a session may stay idle before the server ends it, with its holds
+    /// (`wait_timeout`; [`DEFAULT_SESSION_LEASE`] unless told otherwise). The store keeps
+    /// its sessions busy while it runs, so a holder that is paused or wedged loses its
+    /// locks about one lease later. Whole seconds, at least 1, as `wait_timeout` is.
+    pub fn session_lease(mut self, lease: Duration) -> Self {
+        self.session_lease = lease;
+        self
+    }
+
+    /// Checks the settings, then connects and creates the fence table if it is missing,
+    /// so that a wrong address or password fails here, with the cause.
+    pub async fn build(self) -> Result<MySqlStore, LockError> {
+        let opts = self.check()?;
+        let connect = Connect {
+            opts,
+            lease: self.session_lease,
+        };
+        MySqlStore::connect(
+            connect,
+            self.max_connections / 2,
+            self.fence_table,
+            self.name_mapping,
+        )
+        .await
+    }
+
+    fn check(&self) -> Result<Opts, LockError> {
+        let opts = Opts::from_url(&self.url)
+            .map_err(|e| LockError::Config(format!("mysql url is not valid: {e}")))?;
+        if self.max_connections < 2 {
+            return Err(LockError::Config(
+                "mysql max_connections must be at least 2 (a session is two connections)".into(),
+            ));
+        }
+        let lease = self.session_lease;
+        if lease < Duration::from_secs(1)
+            || lease.subsec_nanos() != 0
+            || lease.as_secs() > 31_536_000
+        {
+            return Err(LockError::Config(format!(
+                "mysql session lease {lease:?} must be whole seconds, from 1 s to a year \
+                 (wait_timeout's range)"
+            )));
+        }
+        check_table("mysql", &self.fence_table, "database.name")?;
+        Ok(opts)
+    }
+}
+
+/// Never shows the password.
+impl fmt::Debug for MySqlStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStoreBuilder")
+            .field("url", &crate::backend::redis::redact(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("fence_table", &self.fence_table)
+            .field("name_mapping", &self.name_mapping)
+            .field("session_lease", &self.session_lease)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        let builder = MySqlStoreBuilder::new("mysql://root@127.0.0.1:1/db");
+        assert!(builder.check().is_ok());
+        for bad in [
+            builder.clone().max_connections(1),
+            builder.clone().session_lease(Duration::from_millis(500)),
+            builder.clone().session_lease(Duration::from_millis(2500)),
+            builder.clone().fence_table("f;drop"),
+            MySqlStoreBuilder::new("postgres://h/db"),
+        ] {
+            assert!(bad.check().unwrap_err().is_config(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_password_is_never_shown() {
+        let builder = MySqlStoreBuilder::new("mysql://me:s3cret@h:3306/db");
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+}

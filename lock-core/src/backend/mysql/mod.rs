@@ -1,0 +1,321 @@
+//! Locks as MySQL or MariaDB user locks (`GET_LOCK`), named as madelson's DistributedLock
+//! names them, fenced by a counter table: [`MySqlStore`].
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use lock_core::Locker;
+//!
+//! let locker = Locker::mysql("mysql://app:secret@10.0.0.5:3306/app").await?;
+//! let guard = locker.lock("balance:42").await?;
+//! // Strictly greater for every later hold of the name by this crate, across restarts.
+//! let fence = guard.fencing_token();
+//! # let _ = fence;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Names
+//!
+//! The lock `K` is the user lock that [`NameMapping::DistributedLock`] names for `K` (see
+//! there): a name that is lowercase and at most 64 characters as it is, any other cut
+//! and hashed. A .NET service's `new MySqlDistributedLock("K", connectionString)` takes
+//! the same lock, and so does `SELECT GET_LOCK('k', 10)` by hand for a lowercase `k`;
+//! [`NameMapping::lock_name`] gives the name to pass for any other. With
+//! [`NameMapping::Exact`], names go to the server as they are (DistributedLock's
+//! `exactName: true`). User locks are per server, not per database, and their names are
+//! compared byte for byte on MariaDB: nothing else is added to them (the `Locker`'s
+//! namespace is a Redis setting), so applications that share a server keep their locks
+//! apart by naming them apart.
+//!
+//! # Kinds
+//!
+//! | kind | server side |
+//! |---|---|
+//! | exclusive | `GET_LOCK` / `RELEASE_LOCK` |
+//! | fair, read, write, semaphore | unsupported |
+//!
+//! The server has no shared user lock, so no faithful read lock; and `GET_LOCK` serves
+//! its waiters in no promised order, so no fair one. A semaphore would need permits that
+//! come back when their holder dies, which user locks give, with a stored count beside
+//! them: not written yet.
+//!
+//! A wait happens inside the server: `GET_LOCK` with the time left, on a session that
+//! holds nothing else, so a release by anyone (the `mariadb` client, DistributedLock)
+//! wakes it at once. Within one store, one session at most waits on a name, and holders
+//! of one name are kept apart locally (a session's `GET_LOCK`s stack, so it never blocks
+//! itself); a lock that is free is taken in one attempt (`GET_LOCK(name, 0)`) on a
+//! session that is not waiting, so holds share sessions.
+//!
+//! # Fencing tokens
+//!
+//! The statement that takes a lock also draws its token from the fence table
+//! ([`MySqlStoreBuilder::fence_table`], InnoDB, created on first use): `INSERT ..
+//! SELECT .. WHERE GET_LOCK(..) = 1 ON DUPLICATE KEY UPDATE token =
+//! LAST_INSERT_ID(token + 1)`, one row a lock name, durable across server restarts. Only
+//! this crate's holders draw one: a foreign holder of the same name does not. The
+//! statement calls `GET_LOCK`, which a binary log in `STATEMENT` format cannot replay:
+//! use `ROW` or `MIXED` (each server's default).
+//!
+//! # Sessions
+//!
+//! A hold lasts as long as its session. The server ends a session idle for longer than
+//! the [session lease](MySqlStoreBuilder::session_lease) (`wait_timeout`), and the store
+//! pings each of its sessions every third of a lease, so a process that is paused or
+//! wedged loses its locks about one lease later. Each session holds a marker lock of its
+//! own, which a second connection waits for inside the server: when the session ends
+//! (its connection drops, an operator's `KILL`, its lease out, a server restart), that
+//! wait returns at once, and every hold on the session reports
+//! [`lost`](crate::LockGuard::lost) and `with_lock` is cancelled.
+//! [`force_unlock`](crate::Locker::force_unlock) ends the session that holds the lock
+//! (`KILL`, as `IS_USED_LOCK` names it), with every other hold on it.
+
+mod builder;
+mod name;
+mod operator;
+mod session;
+mod take;
+
+use std::fmt;
+use std::sync::Arc;
+
+use mysql_async::prelude::Queryable;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+pub use builder::{
+    DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, MySqlStoreBuilder,
+};
+pub use name::{MAX_NAME_CHARS, NameMapping};
+use session::{Connect, Session, Sessions};
+use take::Taken;
+
+use crate::backend::gates::Gates;
+use crate::backend::holds::Holds;
+use crate::backend::sessions::{Lent, Session as _};
+use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::{LockError, LockInfo, LockKey, LockKind};
+
+/// Locks as MySQL or MariaDB user locks: see the [module docs](crate::backend::mysql)
+/// for the names, the kinds, the fencing tokens and the sessions. Made with
+/// [`MySqlStore::builder`], or by [`Locker::mysql`](crate::Locker::mysql). Cheap to
+/// clone: clones share the sessions.
+#[derive(Clone)]
+pub struct MySqlStore(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    sessions: Sessions,
+    fence_table: String,
+    mapping: NameMapping,
+    gates: Gates,
+    holds: Holds<Session, String>,
+}
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("fence_table", &self.0.fence_table)
+            .field("mapping", &self.0.mapping)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlStore {
+    /// Configures a store on the server of `url`, such as
+    /// `"mysql://user:pass@host:3306/db"`. See [`MySqlStoreBuilder`].
+    pub fn builder(url: &str) -> MySqlStoreBuilder {
+        MySqlStoreBuilder::new(url)
+    }
+
+    /// Ends every session of this store, as if each connection dropped: every hold on
+    /// them reports [`lost`](crate::LockGuard::lost). The next acquisition opens a new
+    /// session.
+    pub fn end_session(&self) {
+        self.0.sessions.end_all();
+    }
+
+    /// Opens the first session and creates the fence table if it is missing.
+    async fn connect(
+        connect: Connect,
+        max_sessions: usize,
+        fence_table: String,
+        mapping: NameMapping,
+    ) -> Result<Self, LockError> {
+        let store = Self(Arc::new(Inner {
+            sessions: Sessions::new(connect, max_sessions),
+            fence_table,
+            mapping,
+            gates: Gates::default(),
+            holds: Holds::default(),
+        }));
+        store.create_fence_table().await?;
+        Ok(store)
+    }
+
+    async fn create_fence_table(&self) -> Result<(), LockError> {
+        let Some(session) = self.0.sessions.for_attempt(|_| true).await? else {
+            return Ok(());
+        };
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {} (name VARBINARY(255) PRIMARY KEY, \
+             token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+            self.0.fence_table
+        );
+        session
+            .run(|conn| Box::pin(conn.query_drop(sql)))
+            .await
+            .map_err(|e| {
+                LockError::backend(
+                    format!(
+                        "mysql: cannot create the fence table {}",
+                        self.0.fence_table
+                    ),
+                    e,
+                )
+            })
+    }
+
+    /// Takes the lock on the server, in a task of its own, so that an acquire dropped
+    /// at any point leaves no lock behind: what the task takes after that is given back.
+    async fn acquire_lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
+        let name = self.0.mapping.lock_name(request.key.as_str())?;
+        let entered = timeout_at(request.deadline, self.0.gates.enter(&name, request.kind)).await;
+        let Ok(pass) = entered else {
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let abandoned = CancellationToken::new();
+        let _abandon_when_dropped = abandoned.clone().drop_guard();
+        let (sender, taken) = oneshot::channel();
+        let store = self.clone();
+        let (deadline, lock_name) = (request.deadline, name.clone());
+        self.0.sessions.background.spawn(async move {
+            let taken = store.take(&lock_name, deadline, abandoned).await;
+            let _ = sender.send(taken);
+        });
+        let taken = taken
+            .await
+            .map_err(|e| take::failed_task(&name, e))??
+            .and_then(Taken::claim);
+        let Some((session, fence)) = taken else {
+            drop(pass);
+            self.0.gates.tidy();
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let lost = self
+            .0
+            .holds
+            .insert(&request.token, session, name, request.kind, pass);
+        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+    }
+
+    /// One attempt on a shared session, idle if one is; then, unless the deadline has
+    /// passed, a wait inside the server on a session of its own, this store's only one
+    /// on the name. While no session can be lent to wait on, another attempt each time a
+    /// hold is given back.
+    async fn take(
+        &self,
+        name: &str,
+        deadline: Instant,
+        abandoned: CancellationToken,
+    ) -> Result<Option<Taken>, LockError> {
+        let table = &self.0.fence_table;
+        loop {
+            if let Some(session) = self.0.sessions.for_attempt(Session::is_idle).await?
+                && let Some(taken) = take::once(session, table, name).await?
+            {
+                return Ok(Some(taken));
+            }
+            if Instant::now() >= deadline || abandoned.is_cancelled() {
+                return Ok(None);
+            }
+            let Ok(_turn) = timeout_at(deadline, self.0.gates.wait_turn(name)).await else {
+                return Ok(None);
+            };
+            let waiting = match self.0.sessions.for_wait(deadline).await? {
+                Lent::Session(waiting) => waiting,
+                Lent::Freed => continue,
+                Lent::Nothing => return Ok(None),
+            };
+            let (session, connect) = (waiting.session.clone(), &self.0.sessions.connector);
+            return take::wait(session, connect, table, name, deadline, abandoned).await;
+        }
+    }
+
+    async fn release_hold(&self, token: &str) -> Result<bool, LockError> {
+        let Some(held) = self.0.holds.release(token) else {
+            return Ok(false);
+        };
+        let session = held.session.clone();
+        let freed = if session.state().has_ended() {
+            Ok(false)
+        } else {
+            take::unlock(&session, &held.key).await
+        };
+        session.state().hold_given_back();
+        drop(held);
+        self.0.gates.tidy();
+        match freed {
+            Ok(freed) => Ok(freed),
+            Err(_) if session.state().has_ended() => Ok(false),
+            Err(e) => {
+                // Whether it was freed is unknown: ending the session frees it.
+                session.state().end();
+                Err(LockError::backend("mysql: cannot release a lock", e))
+            }
+        }
+    }
+}
+
+impl Store for MySqlStore {
+    fn name(&self) -> &str {
+        "mysql"
+    }
+
+    /// Exclusive only (see the module docs).
+    fn supports(&self, kind: LockKind) -> bool {
+        kind == LockKind::Exclusive
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        Box::pin(self.acquire_lock(request))
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(self.release_hold(hold.token))
+    }
+
+    /// Nothing to renew: every hold is a session's.
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        Box::pin(std::future::ready(Ok(vec![None; leases.len()])))
+    }
+
+    /// Whether the hold's session lives.
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(self.0.holds.is_live(hold.token))))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(self.force_unlock_lock(key))
+    }
+
+    /// As the server shows the lock: its holding session by its connection id (in 8 hex
+    /// digits, in place of a token), as one exclusive holder however many holds it
+    /// stacks; and the sessions waiting, foreign ones included, where
+    /// `performance_schema` is on (else unknown; this store's other tasks wait behind its
+    /// one waiting session, uncounted). No lease left, no fencing token.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
+        Box::pin(self.inspect_lock(key))
+    }
+
+    fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        let background = &self.0.sessions.background;
+        Box::pin(async move {
+            background.close();
+            background.wait().await;
+            background.reopen();
+        })
+    }
+}

@@ -1,0 +1,162 @@
+//! The store's sessions. A session is two connections: its own, which holds locks and
+//! which the server ends once it is idle for a lease (`wait_timeout`), kept busy while
+//! the process runs; and its watch, which waits inside the server (`GET_LOCK`) for a
+//! marker lock that the session holds, and so learns at once that the session ended,
+//! however it ended. The bound and the lending are [`crate::backend::sessions`]'.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, DriverError, Opts, OptsBuilder};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::LockError;
+use crate::backend::sessions::{self, Connector, SessionState};
+
+/// The store's sessions.
+pub(super) type Sessions = sessions::Sessions<Connect>;
+
+/// How to open a session.
+#[derive(Debug, Clone)]
+pub(super) struct Connect {
+    pub(super) opts: Opts,
+    /// The server ends a session idle for this long.
+    pub(super) lease: Duration,
+}
+
+/// A session: its own connection (gone once the session ended), and its id on the server.
+#[derive(Debug)]
+pub(super) struct Session {
+    conn: Mutex<Option<Conn>>,
+    pub(super) id: u32,
+    state: SessionState,
+}
+
+impl sessions::Session for Session {
+    fn state(&self) -> &SessionState {
+        &self.state
+    }
+}
+
+impl Session {
+    /// Runs `work` on the connection, one at a time: the connection is not shared by
+    /// statements in flight. Once the session ended, `work` does not run, and a statement
+    /// in flight when it ends is cut off with its connection.
+    pub(super) async fn run<T: Send>(
+        &self,
+        work: impl for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, mysql_async::Error>>,
+    ) -> Result<T, mysql_async::Error> {
+        let ended = self.state.ended();
+        let mut conn = self.conn.lock().await;
+        let Some(live) = conn.as_mut().filter(|_| !ended.is_cancelled()) else {
+            return Err(closed());
+        };
+        let done = tokio::select! {
+            done = work(live) => done,
+            () = ended.cancelled() => Err(closed()),
+        };
+        if ended.is_cancelled() {
+            conn.take();
+        }
+        done
+    }
+
+    /// Whether no statement is in flight on it now.
+    pub(super) fn is_idle(&self) -> bool {
+        self.conn.try_lock().is_ok()
+    }
+}
+
+impl Connect {
+    /// A connection of its own, for an operator's statement.
+    pub(super) async fn once(&self) -> Result<Conn, LockError> {
+        Conn::new(self.opts.clone()).await.map_err(cannot_connect)
+    }
+}
+
+impl Connector for Connect {
+    type Session = Session;
+
+    /// Opens a session, leased, with its marker lock and its watch, and tends it until
+    /// it ends.
+    async fn open(&self, state: SessionState) -> Result<Arc<Session>, LockError> {
+        let lease = self.lease.as_secs();
+        let mut init = self.opts.init().to_vec();
+        init.push(format!("SET SESSION wait_timeout = {lease}"));
+        let leased = OptsBuilder::from_opts(self.opts.clone())
+            .init(init)
+            .wait_timeout(Some(lease as usize));
+        let mut conn = Conn::new(leased.clone()).await.map_err(cannot_connect)?;
+        let watch = Conn::new(leased).await.map_err(cannot_connect)?;
+        let marker = format!("lock_core_session_{}", uuid::Uuid::new_v4().simple());
+        let marked: Option<Option<i64>> = conn
+            .exec_first("SELECT GET_LOCK(?, 0)", (&marker,))
+            .await
+            .map_err(|e| LockError::backend("mysql: cannot take a session's marker lock", e))?;
+        if marked != Some(Some(1)) {
+            return Err(LockError::Config(format!(
+                "mysql: the session's marker lock {marker} is taken; the server is MySQL \
+                 5.7 or MariaDB 10.0.2 or later?"
+            )));
+        }
+        let ended = state.ended();
+        let session = Arc::new(Session {
+            id: conn.id(),
+            conn: Mutex::new(Some(conn)),
+            state,
+        });
+        tokio::spawn(watch_over(watch, marker, lease, ended.clone()));
+        tokio::spawn(keep_busy(Arc::downgrade(&session), self.lease / 3, ended));
+        Ok(session)
+    }
+}
+
+/// Waits inside the server for the session's `marker`, which it gets once the session
+/// ends (`KILL`, its connection dropped, its lease out), then says the session ended. Its
+/// own connection failing (a server restart) ends the session too.
+async fn watch_over(mut watch: Conn, marker: String, lease: u64, ended: CancellationToken) {
+    loop {
+        let got: Result<Option<Option<i64>>, _> = tokio::select! {
+            got = watch.exec_first("SELECT GET_LOCK(?, ?)", (&marker, lease)) => got,
+            () = ended.cancelled() => break,
+        };
+        match got {
+            Ok(Some(Some(0))) => continue,
+            _ => break,
+        }
+    }
+    ended.cancel();
+}
+
+/// Pings the session every `period`, so that the server sees it busy as long as this
+/// process runs, and ends it one lease after the process stops; drops its connection
+/// once it ended, which frees its locks.
+async fn keep_busy(session: Weak<Session>, period: Duration, ended: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = ended.cancelled() => break,
+        }
+        let Some(session) = session.upgrade() else {
+            return;
+        };
+        if session.run(|conn| Box::pin(conn.ping())).await.is_err() {
+            session.state.end();
+        }
+    }
+    if let Some(session) = session.upgrade() {
+        session.conn.lock().await.take();
+    }
+}
+
+/// The error of a statement on a session that ended.
+pub(super) fn closed() -> mysql_async::Error {
+    DriverError::ConnectionClosed.into()
+}
+
+fn cannot_connect(error: mysql_async::Error) -> LockError {
+    LockError::backend("mysql: cannot connect", error)
+}
