@@ -122,6 +122,7 @@ mod daemon;
 mod error;
 mod keys;
 mod mariadb;
+mod paused;
 mod postgres;
 mod process;
 mod proxy;
@@ -140,6 +141,7 @@ pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscrib
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;
+pub use paused::hold_then_pause;
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use reply::ValueExt;

@@ -112,32 +112,19 @@ fn a_paused_holder_loses_its_locks_about_one_lease_later() {
     const LEASE: Duration = Duration::from_secs(1);
     let server = Arc::new(PostgresServer::spawn());
     let url = server.url();
-    let (held_tx, held_rx) = std::sync::mpsc::channel();
     // The holder's runtime is one thread, which then sleeps: a paused process.
-    let holder = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+    let holder = lock_tests::hold_then_pause("paused", LEASE * 4, move || async move {
+        let store = PostgresStore::builder(&url)
+            .session_lease(LEASE)
             .build()
+            .await
             .unwrap();
-        let guard = runtime.block_on(async {
-            let store = PostgresStore::builder(&url)
-                .session_lease(LEASE)
-                .build()
-                .await
-                .unwrap();
-            let locker = Locker::builder()
-                .store(Arc::new(store))
-                .build()
-                .await
-                .unwrap();
-            locker.lock("paused").await.unwrap()
-        });
-        held_tx.send(()).unwrap();
-        std::thread::sleep(LEASE * 4);
-        drop(runtime);
-        drop(guard);
+        Locker::builder()
+            .store(Arc::new(store))
+            .build()
+            .await
+            .unwrap()
     });
-    held_rx.recv().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let locker = Locker::postgres(&server.url()).await.unwrap();

@@ -101,10 +101,18 @@ pub(super) async fn wait(
     }
 }
 
-/// Ends `session` on the server at once (`KILL`), whatever it is doing, and here.
+/// Ends `session` on the server at once (`KILL`), whatever it is doing, and here. Returns
+/// once its watch saw it end, which is once the server freed its locks: `KILL` itself
+/// returns before that.
 async fn kill(connect: &Connect, session: &Session) {
-    if let Ok(mut conn) = connect.once().await {
-        let _ = conn.query_drop(format!("KILL {}", session.id)).await;
+    let ended = session.state().ended();
+    if let Ok(mut conn) = connect.once().await
+        && conn
+            .query_drop(format!("KILL {}", session.id))
+            .await
+            .is_ok()
+    {
+        let _ = tokio::time::timeout(connect.lease, ended.cancelled()).await;
     }
     session.state().end();
 }
