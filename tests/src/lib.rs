@@ -141,7 +141,7 @@ pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscrib
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;
-pub use paused::hold_then_pause;
+pub use paused::a_paused_holder_frees_its_lock;
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use reply::ValueExt;

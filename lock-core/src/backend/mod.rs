@@ -185,6 +185,8 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod release;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod session_locks;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sessions;
 pub(crate) mod store;
 #[cfg(feature = "zookeeper")]

@@ -62,6 +62,12 @@ impl SessionState {
 /// A database session of a store: its connection, and its [`SessionState`].
 pub(crate) trait Session: fmt::Debug + Send + Sync + 'static {
     fn state(&self) -> &SessionState;
+
+    /// Whether a statement sent on it now goes at once: always, unless its connection
+    /// runs one statement at a time and one is in flight.
+    fn is_idle(&self) -> bool {
+        true
+    }
 }
 
 /// How a store opens one of its sessions, leased and tended until it ends.
@@ -125,25 +131,22 @@ impl<C: Connector> Sessions<C> {
         }
     }
 
-    /// A session to make one attempt on, which never waits: any that is not waiting and
-    /// that `prefer` accepts, else any that is not waiting, or a new one when none is;
-    /// `None` if every one is waiting and no more may be opened.
-    pub(crate) async fn for_attempt(
-        &self,
-        prefer: impl Fn(&C::Session) -> bool,
-    ) -> Result<Option<Arc<C::Session>>, LockError> {
-        let (preferred, any) = {
+    /// A session to make one attempt on, which never waits: any that is neither waiting
+    /// nor busy, else a new one, else any that is not waiting; `None` if every one is
+    /// waiting and no more may be opened.
+    pub(crate) async fn for_attempt(&self) -> Result<Option<Arc<C::Session>>, LockError> {
+        let (idle, any) = {
             let live = self.live();
             let serving = || {
                 live.iter()
                     .filter(|s| !s.state().waiting.load(Ordering::SeqCst))
             };
             (
-                serving().find(|s| prefer(s)).cloned(),
+                serving().find(|s| s.is_idle()).cloned(),
                 serving().next().cloned(),
             )
         };
-        if let Some(session) = preferred {
+        if let Some(session) = idle {
             return Ok(Some(session));
         }
         match self.slots.clone().try_acquire_owned() {

@@ -81,21 +81,17 @@ use std::fmt;
 use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
-use tokio::sync::oneshot;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::{
     DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, MySqlStoreBuilder,
 };
 pub use name::{MAX_NAME_CHARS, NameMapping};
-use session::{Connect, Session, Sessions};
-use take::Taken;
+use session::{Connect, Session};
 
-use crate::backend::gates::Gates;
-use crate::backend::holds::Holds;
-use crate::backend::sessions::{Lent, Session as _};
-use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::session_locks::{self, Server, SessionLocks};
+use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks as MySQL or MariaDB user locks: see the [module docs](crate::backend::mysql)
@@ -107,11 +103,9 @@ pub struct MySqlStore(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
-    sessions: Sessions,
+    locks: SessionLocks<MySqlStore>,
     fence_table: String,
     mapping: NameMapping,
-    gates: Gates,
-    holds: Holds<Session, String>,
 }
 
 impl fmt::Debug for MySqlStore {
@@ -134,7 +128,7 @@ impl MySqlStore {
     /// them reports [`lost`](crate::LockGuard::lost). The next acquisition opens a new
     /// session.
     pub fn end_session(&self) {
-        self.0.sessions.end_all();
+        self.0.locks.sessions.end_all();
     }
 
     /// Opens the first session and creates the fence table if it is missing.
@@ -145,18 +139,16 @@ impl MySqlStore {
         mapping: NameMapping,
     ) -> Result<Self, LockError> {
         let store = Self(Arc::new(Inner {
-            sessions: Sessions::new(connect, max_sessions),
+            locks: SessionLocks::new(connect, max_sessions),
             fence_table,
             mapping,
-            gates: Gates::default(),
-            holds: Holds::default(),
         }));
         store.create_fence_table().await?;
         Ok(store)
     }
 
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.sessions.for_attempt(|_| true).await? else {
+        let Some(session) = self.0.locks.sessions.for_attempt().await? else {
             return Ok(());
         };
         let sql = format!(
@@ -177,95 +169,53 @@ impl MySqlStore {
                 )
             })
     }
+}
 
-    /// Takes the lock on the server, in a task of its own, so that an acquire dropped
-    /// at any point leaves no lock behind: what the task takes after that is given back.
-    async fn acquire_lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
-        let name = self.0.mapping.lock_name(request.key.as_str())?;
-        let entered = timeout_at(request.deadline, self.0.gates.enter(&name, request.kind)).await;
-        let Ok(pass) = entered else {
-            return Ok(Outcome::Held { holder_ttl: None });
-        };
-        let abandoned = CancellationToken::new();
-        let _abandon_when_dropped = abandoned.clone().drop_guard();
-        let (sender, taken) = oneshot::channel();
-        let store = self.clone();
-        let (deadline, lock_name) = (request.deadline, name.clone());
-        self.0.sessions.background.spawn(async move {
-            let taken = store.take(&lock_name, deadline, abandoned).await;
-            let _ = sender.send(taken);
-        });
-        let taken = taken
-            .await
-            .map_err(|e| take::failed_task(&name, e))??
-            .and_then(Taken::claim);
-        let Some((session, fence)) = taken else {
-            drop(pass);
-            self.0.gates.tidy();
-            return Ok(Outcome::Held { holder_ttl: None });
-        };
-        let lost = self
-            .0
-            .holds
-            .insert(&request.token, session, name, request.kind, pass);
-        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+/// Every lock is exclusive: the kind is not the server's business.
+impl Server for MySqlStore {
+    type Connector = Connect;
+    type Key = String;
+
+    const NAME: &'static str = "mysql";
+
+    fn locks(&self) -> &SessionLocks<Self> {
+        &self.0.locks
     }
 
-    /// One attempt on a shared session, idle if one is; then, unless the deadline has
-    /// passed, a wait inside the server on a session of its own, this store's only one
-    /// on the name. While no session can be lent to wait on, another attempt each time a
-    /// hold is given back.
-    async fn take(
+    fn key(&self, name: &str) -> Result<String, LockError> {
+        self.0.mapping.lock_name(name)
+    }
+
+    async fn once(
         &self,
-        name: &str,
+        session: &Session,
+        _: &str,
+        key: &String,
+        _: LockKind,
+    ) -> Result<Option<u64>, LockError> {
+        take::once(session, &self.0.fence_table, key).await
+    }
+
+    async fn wait(
+        &self,
+        session: &Session,
+        _: &str,
+        key: &String,
+        _: LockKind,
         deadline: Instant,
         abandoned: CancellationToken,
-    ) -> Result<Option<Taken>, LockError> {
-        let table = &self.0.fence_table;
-        loop {
-            if let Some(session) = self.0.sessions.for_attempt(Session::is_idle).await?
-                && let Some(taken) = take::once(session, table, name).await?
-            {
-                return Ok(Some(taken));
-            }
-            if Instant::now() >= deadline || abandoned.is_cancelled() {
-                return Ok(None);
-            }
-            let Ok(_turn) = timeout_at(deadline, self.0.gates.wait_turn(name)).await else {
-                return Ok(None);
-            };
-            let waiting = match self.0.sessions.for_wait(deadline).await? {
-                Lent::Session(waiting) => waiting,
-                Lent::Freed => continue,
-                Lent::Nothing => return Ok(None),
-            };
-            let (session, connect) = (waiting.session.clone(), &self.0.sessions.connector);
-            return take::wait(session, connect, table, name, deadline, abandoned).await;
-        }
+    ) -> Result<Option<u64>, LockError> {
+        let (connect, table) = (&self.0.locks.sessions.connector, &self.0.fence_table);
+        take::wait(session, connect, table, key, deadline, abandoned).await
     }
 
-    async fn release_hold(&self, token: &str) -> Result<bool, LockError> {
-        let Some(held) = self.0.holds.release(token) else {
-            return Ok(false);
-        };
-        let session = held.session.clone();
-        let freed = if session.state().has_ended() {
-            Ok(false)
-        } else {
-            take::unlock(&session, &held.key).await
-        };
-        session.state().hold_given_back();
-        drop(held);
-        self.0.gates.tidy();
-        match freed {
-            Ok(freed) => Ok(freed),
-            Err(_) if session.state().has_ended() => Ok(false),
-            Err(e) => {
-                // Whether it was freed is unknown: ending the session frees it.
-                session.state().end();
-                Err(LockError::backend("mysql: cannot release a lock", e))
-            }
-        }
+    async fn unlock(
+        &self,
+        session: &Session,
+        key: &String,
+        _: LockKind,
+    ) -> Result<bool, LockError> {
+        take::unlock(session, key).await
     }
 }
 
@@ -280,11 +230,11 @@ impl Store for MySqlStore {
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
-        Box::pin(self.acquire_lock(request))
+        Box::pin(session_locks::acquire(self, request))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_hold(hold.token))
+        Box::pin(session_locks::release(self, hold.token))
     }
 
     /// Nothing to renew: every hold is a session's.
@@ -294,7 +244,7 @@ impl Store for MySqlStore {
 
     /// Whether the hold's session lives.
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(std::future::ready(Ok(self.0.holds.is_live(hold.token))))
+        Box::pin(std::future::ready(Ok(self.0.locks.is_held(hold.token))))
     }
 
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
@@ -311,11 +261,6 @@ impl Store for MySqlStore {
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        let background = &self.0.sessions.background;
-        Box::pin(async move {
-            background.close();
-            background.wait().await;
-            background.reopen();
-        })
+        Box::pin(self.0.locks.flush())
     }
 }

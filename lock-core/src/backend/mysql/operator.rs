@@ -19,7 +19,7 @@ impl MySqlStore {
     /// holds, on a connection of its own: whether one did.
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
         let name = self.0.mapping.lock_name(key.as_str())?;
-        let mut conn = self.0.sessions.connector.once().await?;
+        let mut conn = self.0.locks.sessions.connector.once().await?;
         let Some(holder) = holder(&mut conn, &name).await? else {
             return Ok(false);
         };
@@ -33,7 +33,7 @@ impl MySqlStore {
     /// how many sessions wait for it where `performance_schema` is on.
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let name = self.0.mapping.lock_name(key.as_str())?;
-        let mut conn = self.0.sessions.connector.once().await?;
+        let mut conn = self.0.locks.sessions.connector.once().await?;
         let Some(holder) = holder(&mut conn, &name).await? else {
             return Ok(None);
         };

@@ -16,12 +16,9 @@ use tokio_util::sync::CancellationToken;
 use crate::LockError;
 use crate::backend::sessions::{self, Connector, SessionState};
 
-/// The store's sessions.
-pub(super) type Sessions = sessions::Sessions<Connect>;
-
 /// How to open a session.
 #[derive(Debug, Clone)]
-pub(super) struct Connect {
+pub(crate) struct Connect {
     pub(super) opts: Opts,
     /// The server ends a session idle for this long.
     pub(super) lease: Duration,
@@ -29,7 +26,7 @@ pub(super) struct Connect {
 
 /// A session: its own connection (gone once the session ended), and its id on the server.
 #[derive(Debug)]
-pub(super) struct Session {
+pub(crate) struct Session {
     conn: Mutex<Option<Conn>>,
     pub(super) id: u32,
     state: SessionState,
@@ -38,6 +35,11 @@ pub(super) struct Session {
 impl sessions::Session for Session {
     fn state(&self) -> &SessionState {
         &self.state
+    }
+
+    /// Whether no statement is in flight on it now.
+    fn is_idle(&self) -> bool {
+        self.conn.try_lock().is_ok()
     }
 }
 
@@ -62,11 +64,6 @@ impl Session {
             conn.take();
         }
         done
-    }
-
-    /// Whether no statement is in flight on it now.
-    pub(super) fn is_idle(&self) -> bool {
-        self.conn.try_lock().is_ok()
     }
 }
 

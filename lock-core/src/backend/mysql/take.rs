@@ -2,8 +2,6 @@
 //! server on a session of its own, each drawing the fencing token in the statement that
 //! takes the lock.
 
-use std::sync::Arc;
-
 use mysql_async::Params;
 use mysql_async::prelude::Queryable;
 use tokio::time::Instant;
@@ -13,55 +11,17 @@ use super::session::{Connect, Session};
 use crate::LockError;
 use crate::backend::sessions::Session as _;
 
-/// A lock taken on `session`, with its fencing token. Dropped unclaimed (its acquire
-/// was dropped), it gives the lock back in the background.
-#[derive(Debug)]
-pub(super) struct Taken(Option<(Arc<Session>, String, u64)>);
-
-impl Taken {
-    fn new(session: Arc<Session>, name: &str, fence: u64) -> Self {
-        session.state().hold_taken();
-        Self(Some((session, name.to_owned(), fence)))
-    }
-
-    /// The session the hold lives on, and its fencing token: the caller keeps the hold.
-    pub(super) fn claim(mut self) -> Option<(Arc<Session>, u64)> {
-        self.0.take().map(|(session, _, fence)| (session, fence))
-    }
-}
-
-impl Drop for Taken {
-    fn drop(&mut self) {
-        let Some((session, name, _)) = self.0.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let background = session.state().background.clone();
-            background.spawn_on(
-                async move {
-                    if unlock(&session, &name).await.is_err() {
-                        session.state().end();
-                    }
-                    session.state().hold_given_back();
-                },
-                &runtime,
-            );
-        } else {
-            session.state().end();
-        }
-    }
-}
-
-/// One attempt on `session`, which other holds share: the lock `name`, or `None` if it is
-/// held. A statement that fails may have taken the lock, so its session is ended.
+/// One attempt on `session`, which other holds share, on the lock `name`: its fencing
+/// token if it took it. A statement that fails may have taken the lock, so its session
+/// is ended.
 pub(super) async fn once(
-    session: Arc<Session>,
+    session: &Session,
     table: &str,
     name: &str,
-) -> Result<Option<Taken>, LockError> {
+) -> Result<Option<u64>, LockError> {
     let sql = take_sql(table, "GET_LOCK(?, 0)");
-    match fence(&session, sql, (name, name).into()).await {
-        Ok(fence) => Ok(fence.map(|f| Taken::new(session, name, f))),
+    match fence(session, sql, (name, name).into()).await {
+        Ok(fence) => Ok(fence),
         Err(e) => {
             session.state().end();
             Err(failed(name, "take it", e))
@@ -70,29 +30,30 @@ pub(super) async fn once(
 }
 
 /// Waits inside the server (`GET_LOCK` with the time left) on `session`, which holds
-/// nothing else, until `deadline`: the lock `name`, or `None` if it was still held then
+/// nothing else, until `deadline`: the fencing token if it took the lock `name`, or
+/// `None` if it was still held then
 /// or the wait was `abandoned`, which ends the session (`KILL`, from a connection of its
 /// own) so that the server takes nothing for it.
 pub(super) async fn wait(
-    session: Arc<Session>,
+    session: &Session,
     connect: &Connect,
     table: &str,
     name: &str,
     deadline: Instant,
     abandoned: CancellationToken,
-) -> Result<Option<Taken>, LockError> {
+) -> Result<Option<u64>, LockError> {
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
     let sql = take_sql(table, "GET_LOCK(?, ?)");
     let waited = tokio::select! {
-        waited = fence(&session, sql, (name, name, seconds).into()) => waited,
+        waited = fence(session, sql, (name, name, seconds).into()) => waited,
         () = abandoned.cancelled() => {
-            kill(connect, &session).await;
+            kill(connect, session).await;
             return Ok(None);
         }
     };
     match waited {
-        Ok(fence) => Ok(fence.map(|f| Taken::new(session, name, f))),
+        Ok(fence) => Ok(fence),
         Err(e) => {
             // The session holds nothing else: ending it gives back whatever it took.
             session.state().end();
@@ -118,11 +79,12 @@ async fn kill(connect: &Connect, session: &Session) {
 }
 
 /// Gives back one hold of `name` on `session`: whether it held one.
-pub(super) async fn unlock(session: &Session, name: &str) -> Result<bool, mysql_async::Error> {
-    let name = name.to_owned();
+pub(super) async fn unlock(session: &Session, name: &str) -> Result<bool, LockError> {
+    let owned = name.to_owned();
     let released: Option<Option<i64>> = session
-        .run(move |conn| Box::pin(conn.exec_first("SELECT RELEASE_LOCK(?)", (name,))))
-        .await?;
+        .run(move |conn| Box::pin(conn.exec_first("SELECT RELEASE_LOCK(?)", (owned,))))
+        .await
+        .map_err(|e| failed(name, "release it", e))?;
     Ok(released == Some(Some(1)))
 }
 
@@ -160,12 +122,4 @@ fn take_sql(table: &str, get_lock: &str) -> String {
 /// The error of a statement about the lock `name` that failed while `doing`.
 pub(super) fn failed(name: &str, doing: &str, error: mysql_async::Error) -> LockError {
     LockError::backend(format!("mysql lock {name:?}: cannot {doing}"), error)
-}
-
-/// The error of an acquire whose task ended without an answer.
-pub(super) fn failed_task(name: &str, error: tokio::sync::oneshot::error::RecvError) -> LockError {
-    LockError::backend(
-        format!("mysql lock {name:?}: the acquire ended early"),
-        error,
-    )
 }

@@ -17,7 +17,7 @@ impl PostgresStore {
     /// advisory lock of `key`, on a connection of its own: whether any did.
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
-        let client = self.0.sessions.connector.once().await?;
+        let client = self.0.locks.sessions.connector.once().await?;
         let sql = format!(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE granted AND {THE_KEYS_LOCKS}"
         );
@@ -37,10 +37,11 @@ impl PostgresStore {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
         let sql = format!("SELECT pid, mode, granted FROM pg_locks WHERE {THE_KEYS_LOCKS}");
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&classid, &objid, &objsubid];
-        let rows = match self.0.sessions.for_attempt(|_| true).await? {
+        let rows = match self.0.locks.sessions.for_attempt().await? {
             Some(session) => session.client.query(&sql, &params).await,
             None => {
                 self.0
+                    .locks
                     .sessions
                     .connector
                     .once()

@@ -11,12 +11,9 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 use crate::LockError;
 use crate::backend::sessions::{self, Connector, SessionState};
 
-/// The store's sessions.
-pub(super) type Sessions = sessions::Sessions<Connect>;
-
 /// How to open a session.
 #[derive(Debug, Clone)]
-pub(super) struct Connect {
+pub(crate) struct Connect {
     pub(super) config: Config,
     /// The server ends a session idle for this long.
     pub(super) lease: Duration,
@@ -24,7 +21,7 @@ pub(super) struct Connect {
 
 /// One connection and the session on it.
 #[derive(Debug)]
-pub(super) struct Session {
+pub(crate) struct Session {
     pub(super) client: Client,
     /// The statements prepared on it, by their text.
     prepared: Mutex<HashMap<String, Statement>>,

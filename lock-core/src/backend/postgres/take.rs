@@ -2,8 +2,6 @@
 //! server on a session of its own, each drawing the fencing token in the same statement
 //! that takes the lock.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -24,57 +22,18 @@ pub(super) enum Attempt {
     Wait,
 }
 
-/// A lock taken on `session`, with its fencing token. Dropped unclaimed (its acquire
-/// was dropped), it gives the lock back in the background.
-#[derive(Debug)]
-pub(super) struct Taken(Option<(Arc<Session>, AdvisoryKey, LockKind, u64)>);
-
-impl Taken {
-    fn new(session: Arc<Session>, key: AdvisoryKey, kind: LockKind, fence: u64) -> Self {
-        session.state().hold_taken();
-        Self(Some((session, key, kind, fence)))
-    }
-
-    /// The session the hold lives on, and its fencing token: the caller keeps the hold.
-    pub(super) fn claim(mut self) -> Option<(Arc<Session>, u64)> {
-        self.0.take().map(|(session, _, _, fence)| (session, fence))
-    }
-}
-
-impl Drop for Taken {
-    fn drop(&mut self) {
-        let Some((session, key, kind, _)) = self.0.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let background = session.state().background.clone();
-            background.spawn_on(
-                async move {
-                    if unlock(&session.client, key, kind).await.is_err() {
-                        session.state().end();
-                    }
-                    session.state().hold_given_back();
-                },
-                &runtime,
-            );
-        } else {
-            session.state().end();
-        }
-    }
-}
-
-/// One attempt on `session`, which other holds share: the lock, or `None` if it is held.
-/// A statement that fails may have taken the lock, so its session is ended.
+/// One attempt on `session`, which other holds share: its fencing token if it took the
+/// lock. A statement that fails may have taken the lock, so its session is ended.
 pub(super) async fn once(
-    session: Arc<Session>,
+    session: &Session,
     table: &str,
     name: &str,
     key: AdvisoryKey,
     kind: LockKind,
-) -> Result<Option<Taken>, LockError> {
+) -> Result<Option<u64>, LockError> {
     let sql = take_sql(table, key, kind, Attempt::Once);
-    match fence(&session, &sql, name, key).await {
-        Ok(fence) => Ok(fence.map(|f| Taken::new(session, key, kind, f))),
+    match fence(session, &sql, name, key).await {
+        Ok(fence) => Ok(fence),
         Err(e) => {
             session.state().end();
             Err(failed(name, "take it", e))
@@ -83,17 +42,17 @@ pub(super) async fn once(
 }
 
 /// Waits inside the server on `session`, which holds nothing else, until `deadline`:
-/// the lock, or `None` if it was still held then or the wait was `abandoned` (which
+/// its fencing token if it took the lock, or `None` if it was still held then or the wait was `abandoned` (which
 /// cancels the statement and retires the session).
 pub(super) async fn wait(
-    session: Arc<Session>,
+    session: &Session,
     table: &str,
     name: &str,
     key: AdvisoryKey,
     kind: LockKind,
     deadline: Instant,
     abandoned: CancellationToken,
-) -> Result<Option<Taken>, LockError> {
+) -> Result<Option<u64>, LockError> {
     let left = deadline.saturating_duration_since(Instant::now());
     let timeout = format!("SET lock_timeout = {}", left.as_millis().max(1));
     let sql = take_sql(table, key, kind, Attempt::Wait);
@@ -103,7 +62,7 @@ pub(super) async fn wait(
             session.prepare(&sql).await?;
             let (_, fence, _) = tokio::join!(
                 client.batch_execute(&timeout),
-                fence(&session, &sql, name, key),
+                fence(session, &sql, name, key),
                 client.batch_execute("SET lock_timeout = 0"),
             );
             fence
@@ -121,12 +80,11 @@ pub(super) async fn wait(
     let Some(outcome) = waited else {
         // A cancel can land after the statement it was sent for, on the next one: this
         // session serves nothing after it.
-        retire(&session).await;
+        retire(session).await;
         return Ok(None);
     };
     match outcome {
-        Ok(Some(fence)) => Ok(Some(Taken::new(session, key, kind, fence))),
-        Ok(None) => Ok(None),
+        Ok(fence) => Ok(fence),
         Err(e) => {
             // The session holds nothing else: whatever the statement took goes back.
             let unlocked = session
@@ -234,12 +192,4 @@ fn key_args(key: AdvisoryKey, first: usize) -> String {
 /// The error of a statement about the lock `name` that failed while `doing`.
 pub(super) fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
     LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
-}
-
-/// The error of an acquire whose task ended without an answer.
-pub(super) fn failed_task(name: &str, error: tokio::sync::oneshot::error::RecvError) -> LockError {
-    LockError::backend(
-        format!("postgres lock {name:?}: the acquire ended early"),
-        error,
-    )
 }

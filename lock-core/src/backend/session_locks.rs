@@ -1,0 +1,277 @@
+//! How the database stores (PostgreSQL, MySQL) take, keep and give back a lock around
+//! their own statements ([`Server`]): the local gate first, then one attempt on a shared
+//! session, then a wait inside the server on a session of its own, this store's only one
+//! on the lock; all of it in a task of its own, so that an acquire dropped at any point
+//! leaves no lock behind.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::gates::Gates;
+use crate::backend::holds::Holds;
+use crate::backend::sessions::{Connector, Lent, Session, Sessions};
+use crate::backend::store::{Acquire, Acquired, Outcome};
+use crate::{LockError, LockKind};
+
+/// A session of the store `T`.
+pub(crate) type SessionOf<T> = <<T as Server>::Connector as Connector>::Session;
+
+/// What a database store says in its own statements.
+pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
+    type Connector: Connector;
+    /// A lock on the server; its display is the name its local gate goes by.
+    type Key: Clone + fmt::Display + fmt::Debug + Send + Sync + 'static;
+
+    /// The store's name, for messages.
+    const NAME: &'static str;
+
+    /// Its sessions, gates and holds.
+    fn locks(&self) -> &SessionLocks<Self>;
+
+    /// The server lock of the lock `name`.
+    fn key(&self, name: &str) -> Result<Self::Key, LockError>;
+
+    /// One attempt on `session`, which other holds share, that never waits: the fencing
+    /// token if it took the lock. A statement that fails may have taken it: the session
+    /// is ended.
+    fn once(
+        &self,
+        session: &SessionOf<Self>,
+        name: &str,
+        key: &Self::Key,
+        kind: LockKind,
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
+
+    /// Waits inside the server on `session`, which holds nothing else, until `deadline`:
+    /// the fencing token if it took the lock; `None` if it was still held then, or the
+    /// wait was `abandoned`, after which the session holds nothing.
+    fn wait(
+        &self,
+        session: &SessionOf<Self>,
+        name: &str,
+        key: &Self::Key,
+        kind: LockKind,
+        deadline: Instant,
+        abandoned: CancellationToken,
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
+
+    /// Gives back one hold of `key`, taken as `kind`, on `session`: whether it held one.
+    fn unlock(
+        &self,
+        session: &SessionOf<Self>,
+        key: &Self::Key,
+        kind: LockKind,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+}
+
+/// A database store's sessions, the local gates of its locks, and its holds.
+#[derive(Debug)]
+pub(crate) struct SessionLocks<T: Server> {
+    pub(crate) sessions: Sessions<T::Connector>,
+    gates: Gates,
+    holds: Holds<SessionOf<T>, T::Key>,
+}
+
+impl<T: Server> SessionLocks<T> {
+    /// At most `max` sessions, opened by `connector`.
+    pub(crate) fn new(connector: T::Connector, max: usize) -> Self {
+        Self {
+            sessions: Sessions::new(connector, max),
+            gates: Gates::default(),
+            holds: Holds::default(),
+        }
+    }
+
+    /// Whether the hold of `token` lives.
+    pub(crate) fn is_held(&self, token: &str) -> bool {
+        self.holds.is_live(token)
+    }
+
+    /// Waits until the store's background work (an acquire's own task, giving back a
+    /// lock whose acquire was dropped) has finished.
+    pub(crate) async fn flush(&self) {
+        let background = &self.sessions.background;
+        background.close();
+        background.wait().await;
+        background.reopen();
+    }
+}
+
+/// A lock taken on a session, with its fencing token. Dropped unclaimed (its acquire
+/// was dropped), it gives the lock back in the background.
+#[derive(Debug)]
+struct Taken<T: Server>(Option<Lock<T>>);
+
+/// What a [`Taken`] holds until it is claimed.
+#[derive(Debug)]
+struct Lock<T: Server> {
+    store: T,
+    session: Arc<SessionOf<T>>,
+    key: T::Key,
+    kind: LockKind,
+    fence: u64,
+}
+
+impl<T: Server> Taken<T> {
+    fn new(
+        store: &T,
+        session: Arc<SessionOf<T>>,
+        key: &T::Key,
+        kind: LockKind,
+        fence: u64,
+    ) -> Self {
+        session.state().hold_taken();
+        let (store, key) = (store.clone(), key.clone());
+        Self(Some(Lock {
+            store,
+            session,
+            key,
+            kind,
+            fence,
+        }))
+    }
+
+    /// The session the hold lives on, and its fencing token: the caller keeps the hold.
+    fn claim(mut self) -> Option<(Arc<SessionOf<T>>, u64)> {
+        self.0.take().map(|lock| (lock.session, lock.fence))
+    }
+}
+
+impl<T: Server> Drop for Taken<T> {
+    fn drop(&mut self) {
+        let Some(Lock {
+            store,
+            session,
+            key,
+            kind,
+            ..
+        }) = self.0.take()
+        else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let background = session.state().background.clone();
+            background.spawn_on(
+                async move {
+                    if store.unlock(&session, &key, kind).await.is_err() {
+                        session.state().end();
+                    }
+                    session.state().hold_given_back();
+                },
+                &runtime,
+            );
+        } else {
+            session.state().end();
+        }
+    }
+}
+
+/// Takes the lock of `request` on the server, in a task of its own, so that an acquire
+/// dropped at any point leaves no lock behind: what the task takes after that is given
+/// back.
+pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<Outcome, LockError> {
+    let name = request.key.as_str();
+    let key = store.key(name)?;
+    let locks = store.locks();
+    let gate = key.to_string();
+    let entered = timeout_at(request.deadline, locks.gates.enter(&gate, request.kind)).await;
+    let Ok(pass) = entered else {
+        return Ok(Outcome::Held { holder_ttl: None });
+    };
+    let abandoned = CancellationToken::new();
+    let _abandon_when_dropped = abandoned.clone().drop_guard();
+    let (sender, taken) = oneshot::channel();
+    let (owned, request_owned, key_owned) = (store.clone(), request.clone(), key.clone());
+    locks.sessions.background.spawn(async move {
+        let taken = take(&owned, &request_owned, &key_owned, abandoned).await;
+        let _ = sender.send(taken);
+    });
+    let taken = taken
+        .await
+        .map_err(|e| {
+            LockError::backend(
+                format!("{} lock {name:?}: the acquire ended early", T::NAME),
+                e,
+            )
+        })??
+        .and_then(Taken::claim);
+    let Some((session, fence)) = taken else {
+        drop(pass);
+        locks.gates.tidy();
+        return Ok(Outcome::Held { holder_ttl: None });
+    };
+    let lost = locks
+        .holds
+        .insert(&request.token, session, key, request.kind, pass);
+    Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+}
+
+/// One attempt on a shared session (one that `prefer` accepts, if any); then, unless the
+/// deadline has passed, a wait inside the server on a session of its own, this store's
+/// only one on the lock. While no session can be lent to wait on, another attempt each
+/// time a hold is given back.
+async fn take<T: Server>(
+    store: &T,
+    request: &Acquire,
+    key: &T::Key,
+    abandoned: CancellationToken,
+) -> Result<Option<Taken<T>>, LockError> {
+    let (name, kind, deadline) = (request.key.as_str(), request.kind, request.deadline);
+    let locks = store.locks();
+    loop {
+        if let Some(session) = locks.sessions.for_attempt().await?
+            && let Some(fence) = store.once(&session, name, key, kind).await?
+        {
+            return Ok(Some(Taken::new(store, session, key, kind, fence)));
+        }
+        if Instant::now() >= deadline || abandoned.is_cancelled() {
+            return Ok(None);
+        }
+        let gate = key.to_string();
+        let Ok(_turn) = timeout_at(deadline, locks.gates.wait_turn(&gate)).await else {
+            return Ok(None);
+        };
+        let waiting = match locks.sessions.for_wait(deadline).await? {
+            Lent::Session(waiting) => waiting,
+            Lent::Freed => continue,
+            Lent::Nothing => return Ok(None),
+        };
+        let session = waiting.session.clone();
+        let fence = store
+            .wait(&session, name, key, kind, deadline, abandoned)
+            .await?;
+        return Ok(fence.map(|f| Taken::new(store, session, key, kind, f)));
+    }
+}
+
+/// Gives back the hold of `token`: whether it was still held (`false` once its session
+/// ended).
+pub(crate) async fn release<T: Server>(store: &T, token: &str) -> Result<bool, LockError> {
+    let locks = store.locks();
+    let Some(held) = locks.holds.release(token) else {
+        return Ok(false);
+    };
+    let session = held.session.clone();
+    let freed = if session.state().has_ended() {
+        Ok(false)
+    } else {
+        store.unlock(&session, &held.key, held.kind).await
+    };
+    session.state().hold_given_back();
+    drop(held);
+    locks.gates.tidy();
+    match freed {
+        Ok(freed) => Ok(freed),
+        Err(_) if session.state().has_ended() => Ok(false),
+        Err(e) => {
+            // Whether it was freed is unknown: ending the session frees it.
+            session.state().end();
+            Err(e)
+        }
+    }
+}
