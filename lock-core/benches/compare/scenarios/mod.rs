@@ -6,6 +6,7 @@
 pub(crate) mod axum;
 pub(crate) mod handoff;
 pub(crate) mod memory;
+pub(crate) mod mysql;
 pub(crate) mod parallel;
 pub(crate) mod read_heavy;
 pub(crate) mod scale_out;
@@ -36,6 +37,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "axum",
     "scale-out",
     "zookeeper",
+    "mysql",
     "memory",
 ];
 
@@ -203,6 +205,9 @@ pub(crate) async fn run(
     }
     if only.contains(&"zookeeper") {
         zookeeper::run(&mut run).await;
+    }
+    if only.contains(&"mysql") {
+        mysql::run(&mut run).await;
     }
 }
 
