@@ -137,6 +137,29 @@ fn zookeeper_holder_paused() {
     assert!(paused_holder_refused(&report) > 0, "{report}");
 }
 
+#[test]
+fn mariadb_session_killed() {
+    torture("mariadb-session-killed");
+}
+
+#[test]
+fn mariadb_server_restarted() {
+    torture("mariadb-server-restarted");
+}
+
+#[test]
+fn mariadb_holder_killed() {
+    torture("mariadb-holder-killed");
+}
+
+/// A holder process paused past its session lease loses its sessions to the server, the
+/// next holder goes, and the paused holder's fenced write is refused.
+#[test]
+fn mariadb_holder_paused() {
+    let report = torture("mariadb-holder-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_tested() {
@@ -161,6 +184,10 @@ fn every_scenario_is_tested() {
         "zookeeper-leader-killed",
         "zookeeper-holder-killed",
         "zookeeper-holder-paused",
+        "mariadb-session-killed",
+        "mariadb-server-restarted",
+        "mariadb-holder-killed",
+        "mariadb-holder-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }

@@ -3,7 +3,7 @@
 //! `cargo run --release -p lock-tests --bin torture` runs every scenario: K worker
 //! processes of M tasks each take locks on a handful of keys from a real store (one
 //! Redis, a proxied one, a Cluster, Sentinel or RedLock; one ZooKeeper server or a 3-node
-//! ensemble), while this process injects the scenario's fault. In each critical section a
+//! ensemble; one MariaDB), while this process injects the scenario's fault. In each critical section a
 //! task reads a counter kept in a separate Redis that is never faulted (the ledger),
 //! yields, and writes the counter plus one through a fenced check-and-set that refuses a
 //! token older than the last one accepted. The ledger also counts who is inside, so
@@ -14,7 +14,9 @@
 //! lifetime. The ZooKeeper scenarios pause the server past the session timeout, kill a
 //! holder process (its locks free when the server expires its session) or pause one past
 //! the timeout (its session expires, the next holder goes, and the fence refuses the
-//! paused holder's late writes), and kill the leader of a 3-node ensemble.
+//! paused holder's late writes), and kill the leader of a 3-node ensemble. The MariaDB
+//! scenarios (2 s session leases) kill the sessions that hold locks, restart the server
+//! (fencing tokens kept), and kill or pause a holder process.
 //!
 //! Afterwards it checks each key: no lost update (the counter equals the writes
 //! accepted), no token granted twice, and whatever the scenario's expected outcome adds;

@@ -49,6 +49,8 @@ pub(crate) enum Fault {
     MinorityThenMajorityPaused,
     /// The leader of a ZooKeeper ensemble killed; the two others elect a new one.
     LeaderKilled,
+    /// Every MariaDB session that holds a lock killed (`KILL`).
+    SessionsKilled,
 }
 
 /// A deployment, a fault and what must hold afterwards.
@@ -168,6 +170,40 @@ pub(crate) const ALL: &[Scenario] = &[
         sections: Sections::OneSlowHolder,
         expected: "the server expires its session and the next holder goes; its writes \
                    refused once it resumes; its release frees nothing of others'",
+    },
+    Scenario {
+        name: "mariadb-session-killed",
+        deployment: Deployment::MariaDb,
+        fault: Fault::SessionsKilled,
+        sections: Sections::OneSlowHolder,
+        expected: "holders see their sessions lost at once; stale writes refused; locks \
+                   served again on new sessions without restarting a worker",
+    },
+    Scenario {
+        name: "mariadb-server-restarted",
+        deployment: Deployment::MariaDb,
+        fault: Fault::StoreRestarted,
+        sections: Sections::OneSlowHolder,
+        expected: "every session and its locks gone, holders see it; fencing tokens kept \
+                   (durable), so the older holder's writes refused; locks served again",
+    },
+    Scenario {
+        name: "mariadb-holder-killed",
+        deployment: Deployment::MariaDb,
+        fault: Fault::HolderKilled,
+        // The killed process is surely holding a lock: the slow holder's.
+        sections: Sections::OneSlowHolder,
+        expected: "its locks free at once: the server ends its sessions as their \
+                   connections close with the process",
+    },
+    Scenario {
+        name: "mariadb-holder-paused",
+        deployment: Deployment::MariaDb,
+        fault: Fault::HolderPaused,
+        sections: Sections::OneSlowHolder,
+        expected: "the server ends its idle sessions one lease later and the next holder \
+                   goes; its writes refused once it resumes; its release frees nothing of \
+                   others'",
     },
 ];
 
@@ -297,7 +333,7 @@ fn judge(
     }
     let holds_run_out = matches!(
         scenario.fault,
-        Fault::StorePaused | Fault::MinorityThenMajorityPaused
+        Fault::StorePaused | Fault::MinorityThenMajorityPaused | Fault::SessionsKilled
     );
     if holds_run_out && row.losses == 0 {
         row.violation("no holder saw its hold lost".to_owned());
@@ -328,8 +364,9 @@ fn judge(
         }
         // The killed holder's key waits out what was left of its hold: its lease,
         // renewed a third of a lease before at the latest, or its session, which the
-        // client keeps alive as often.
-        if stall < lifetime / 2 {
+        // client keeps alive as often; unless the server ends the session with the
+        // process's connections.
+        if stall < lifetime / 2 && !scenario.deployment.frees_with_the_process() {
             row.violation(format!(
                 "no key waited for a hold to run out ({} ms): the killed process held no lock",
                 stall.as_millis()
@@ -369,7 +406,7 @@ fn inject(
             once
         }
         Fault::StoreRestarted => {
-            store.server().restart();
+            store.restart();
             once
         }
         Fault::HolderKilled => {
@@ -443,7 +480,30 @@ fn inject(
             ensemble.wait_quorum();
             once
         }
+        Fault::SessionsKilled => {
+            let Store::MariaDb(server) = store else {
+                panic!("sessions are killed on MariaDB");
+            };
+            Injected {
+                faults: kill_holders(server, keys),
+                ..Injected::default()
+            }
+        }
     }
+}
+
+/// Kills (`KILL`) the session that holds each of `keys` on `server`: how many it killed.
+fn kill_holders(server: &lock_tests::MariaDbServer, keys: &[String]) -> u64 {
+    let mut killed = 0;
+    for key in keys {
+        let holder = server
+            .sql(&format!("SELECT IS_USED_LOCK('{key}')"))
+            .expect("ask for the holder");
+        if holder != "NULL" && server.sql(&format!("KILL {holder}")).is_ok() {
+            killed += 1;
+        }
+    }
+    killed
 }
 
 /// How long a dead holder's locks on `deployment` may stay held, at most.

@@ -1,15 +1,15 @@
 //! The lock store of a scenario: the servers this process starts and faults, and the
 //! spec a worker connects with (`redis=URL`, `cluster=URL,...`, `sentinel=URL,...`,
-//! `redlock=URL,...`, `zookeeper=HOST:PORT,...`).
+//! `redlock=URL,...`, `zookeeper=HOST:PORT,...`, `mysql=URL`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::ZooKeeperStore;
+use lock_core::backend::{MySqlStore, ZooKeeperStore};
 use lock_core::{LockError, Locker};
 use lock_tests::{
-    MASTER_NAME, RedisCluster, RedisSentinel, RedisServer, TcpProxy, ZooKeeperEnsemble,
-    ZooKeeperServer,
+    MASTER_NAME, MariaDbServer, RedisCluster, RedisSentinel, RedisServer, TcpProxy,
+    ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 /// How many independent masters a RedLock scenario runs.
@@ -32,6 +32,8 @@ pub(crate) enum Deployment {
     ZooKeeper,
     /// A 3-node ZooKeeper ensemble.
     ZooKeeperEnsemble,
+    /// One MariaDB, its holds `GET_LOCK`s on leased sessions.
+    MariaDb,
 }
 
 impl Deployment {
@@ -44,23 +46,35 @@ impl Deployment {
             Deployment::RedLock => "redlock 5",
             Deployment::ZooKeeper => "zookeeper",
             Deployment::ZooKeeperEnsemble => "zookeeper 3",
+            Deployment::MariaDb => "mariadb",
         }
     }
 
     /// How much later than its lifetime the servers may free a silent holder's hold:
     /// Redis expires a lease on time, ZooKeeper expires sessions in batches, once a tick
-    /// (500 ms on the harness's servers).
+    /// (500 ms on the harness's servers), MariaDB ends a session idle for `wait_timeout`
+    /// whole seconds, checked as the second turns.
     pub(crate) fn expiry_delay(self) -> Duration {
-        if self.has_sessions() {
-            Duration::from_millis(500)
-        } else {
-            Duration::ZERO
+        match self {
+            Deployment::MariaDb => Duration::from_secs(1),
+            _ if self.has_sessions() => Duration::from_millis(500),
+            _ => Duration::ZERO,
         }
     }
 
-    /// Whether a hold lasts as long as its ZooKeeper session, rather than a lease.
+    /// Whether a killed process's holds free at once: MariaDB ends a session whose
+    /// connection closed, and the kernel closes a killed process's connections.
+    pub(crate) fn frees_with_the_process(self) -> bool {
+        self == Deployment::MariaDb
+    }
+
+    /// Whether a hold lasts as long as its session (ZooKeeper, MariaDB), rather than a
+    /// lease.
     pub(crate) fn has_sessions(self) -> bool {
-        matches!(self, Deployment::ZooKeeper | Deployment::ZooKeeperEnsemble)
+        matches!(
+            self,
+            Deployment::ZooKeeper | Deployment::ZooKeeperEnsemble | Deployment::MariaDb
+        )
     }
 }
 
@@ -73,6 +87,7 @@ pub(crate) enum Store {
     RedLock(Vec<RedisServer>),
     ZooKeeper(ZooKeeperServer),
     ZooKeeperEnsemble(ZooKeeperEnsemble),
+    MariaDb(MariaDbServer),
 }
 
 impl Store {
@@ -93,6 +108,7 @@ impl Store {
             Deployment::RedLock => Store::RedLock(RedisServer::spawn_many(REDLOCK_MASTERS)),
             Deployment::ZooKeeper => Store::ZooKeeper(ZooKeeperServer::spawn()),
             Deployment::ZooKeeperEnsemble => Store::ZooKeeperEnsemble(ZooKeeperEnsemble::spawn()),
+            Deployment::MariaDb => Store::MariaDb(MariaDbServer::spawn()),
         }
     }
 
@@ -115,6 +131,7 @@ impl Store {
             Store::ZooKeeperEnsemble(ensemble) => {
                 format!("zookeeper={}", ensemble.connect_string())
             }
+            Store::MariaDb(server) => format!("mysql={}", server.url()),
         }
     }
 
@@ -123,6 +140,15 @@ impl Store {
         match self {
             Store::Single(server) | Store::Proxied(server, _) => server,
             _ => panic!("the fault needs a single-node Redis store"),
+        }
+    }
+
+    /// Kills the one server of a single-node deployment and starts it again: Redis
+    /// empty, MariaDB from its data dir (its sessions and their locks gone).
+    pub(crate) fn restart(&mut self) {
+        match self {
+            Store::MariaDb(server) => server.restart(),
+            _ => self.server().restart(),
         }
     }
 
@@ -147,7 +173,7 @@ impl Store {
 
 /// A worker's `Locker` for `spec`, whose holds outlive a silent holder by `lifetime`: its
 /// leases on Redis (which also bound its calls where a store could otherwise hang, a
-/// paused server), its session timeout on ZooKeeper.
+/// paused server), its session timeout on ZooKeeper, its session lease on MySQL.
 pub(crate) async fn connect(spec: &str, lifetime: Duration) -> Result<Locker, LockError> {
     let (kind, addresses) = spec
         .split_once('=')
@@ -157,6 +183,13 @@ pub(crate) async fn connect(spec: &str, lifetime: Duration) -> Result<Locker, Lo
         "zookeeper" => {
             let store = ZooKeeperStore::builder(addresses)
                 .session_timeout(lifetime)
+                .build()
+                .await?;
+            builder.store(Arc::new(store))
+        }
+        "mysql" => {
+            let store = MySqlStore::builder(addresses)
+                .session_lease(lifetime)
                 .build()
                 .await?;
             builder.store(Arc::new(store))
