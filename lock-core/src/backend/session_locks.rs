@@ -211,10 +211,10 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     Ok(Outcome::Acquired(Acquired::session(fence, lost)))
 }
 
-/// One attempt on a shared session (one that `prefer` accepts, if any); then, unless the
-/// deadline has passed, a wait inside the server on a session of its own, this store's
-/// only one on the lock. While no session can be lent to wait on, another attempt each
-/// time a hold is given back.
+/// One attempt on a shared session (an idle one, if any); then, unless the deadline has
+/// passed, a wait inside the server on a session of its own, this store's only one on the
+/// lock, and so on until the deadline. While no session can be lent to wait on, another
+/// attempt each time a hold is given back.
 async fn take<T: Server>(
     store: &T,
     request: &Acquire,
@@ -243,9 +243,16 @@ async fn take<T: Server>(
         };
         let session = waiting.session.clone();
         let fence = store
-            .wait(&session, name, key, kind, deadline, abandoned)
+            .wait(&session, name, key, kind, deadline, abandoned.clone())
             .await?;
-        return Ok(fence.map(|f| Taken::new(store, session, key, kind, f)));
+        if let Some(fence) = fence {
+            return Ok(Some(Taken::new(store, session, key, kind, fence)));
+        }
+        if abandoned.is_cancelled() {
+            return Ok(None);
+        }
+        // A server that rounds the wait's timeout may give up before the deadline: once
+        // more, until the deadline.
     }
 }
 

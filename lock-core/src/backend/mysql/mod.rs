@@ -46,7 +46,10 @@
 //! wakes it at once. Within one store, one session at most waits on a name, and holders
 //! of one name are kept apart locally (a session's `GET_LOCK`s stack, so it never blocks
 //! itself); a lock that is free is taken in one attempt (`GET_LOCK(name, 0)`) on a
-//! session that is not waiting, so holds share sessions.
+//! session that is not waiting, so holds share sessions. MariaDB takes `GET_LOCK`'s
+//! timeout to the microsecond; MySQL rounds it to whole seconds, so there a wait that
+//! gives up early is followed by another, and one may end up to half a second late. The
+//! store is tested against MariaDB 10.11.
 //!
 //! # Fencing tokens
 //!
