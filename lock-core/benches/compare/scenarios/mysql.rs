@@ -17,7 +17,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::handoff::{TASKS, relay, relay_row};
-use super::uncontended::cycles;
+use super::uncontended::{cycles, timed_cycles};
 use super::{ROUNDS, Run};
 use crate::measure::{Sample, micros, percentile};
 use crate::report::Row;
@@ -124,40 +124,26 @@ async fn round_trip(conn: &mut Conn, samples: usize) -> f64 {
 
 /// `n` cycles of the floor on the names `{prefix}:{i}`.
 async fn floor_cycles(conn: &mut Conn, n: usize, prefix: &str) -> Sample {
-    let mut sample = Sample {
-        ops: n,
-        lat: Vec::with_capacity(n),
-        acquire: Vec::with_capacity(n),
-        release: Vec::with_capacity(n),
-        ..Sample::default()
-    };
     let upsert = format!(
         "INSERT INTO {FLOOR_FENCES} (name, token) VALUES (?, LAST_INSERT_ID(1)) \
          ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
     );
-    let started = Instant::now();
-    for i in 0..n {
-        let name = format!("{prefix}:{i}");
-        let t = Instant::now();
+    timed_cycles(n, prefix, async |name| {
         let got: Option<i64> = conn
-            .exec_first("SELECT GET_LOCK(?, 0)", (&name,))
+            .exec_first("SELECT GET_LOCK(?, 0)", (name,))
             .await
             .expect("GET_LOCK");
         assert_eq!(got, Some(1), "the floor's lock {name} was taken");
-        conn.exec_drop(&upsert, (&name,))
+        conn.exec_drop(&upsert, (name,))
             .await
             .expect("fence upsert");
         assert!(conn.last_insert_id().is_some_and(|f| f > 0), "no fence");
         let acquired = Instant::now();
         let _: Option<i64> = conn
-            .exec_first("SELECT RELEASE_LOCK(?)", (&name,))
+            .exec_first("SELECT RELEASE_LOCK(?)", (name,))
             .await
             .expect("RELEASE_LOCK");
-        let done = Instant::now();
-        sample.acquire.push(micros(acquired - t));
-        sample.release.push(micros(done - acquired));
-        sample.lat.push(micros(done - t));
-    }
-    sample.elapsed = started.elapsed();
-    sample
+        acquired
+    })
+    .await
 }

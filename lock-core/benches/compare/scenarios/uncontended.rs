@@ -21,6 +21,22 @@ pub(crate) async fn run(run: &mut Run<'_>) {
 
 /// `n` lock + release cycles, one after the other, on the keys `{prefix}:{i}`.
 pub(crate) async fn cycles(system: System, n: usize, prefix: String) -> Sample {
+    timed_cycles(n, &prefix, async |name| {
+        let held = system.acquire(name).await;
+        let acquired = Instant::now();
+        system.release(held).await;
+        acquired
+    })
+    .await
+}
+
+/// `n` runs of `cycle`, one after the other, on the keys `{prefix}:{i}`, each timed: a
+/// cycle takes the lock, gives it back, and says when it had taken it.
+pub(crate) async fn timed_cycles(
+    n: usize,
+    prefix: &str,
+    mut cycle: impl AsyncFnMut(&str) -> Instant,
+) -> Sample {
     let mut sample = Sample {
         ops: n,
         lat: Vec::with_capacity(n),
@@ -32,9 +48,7 @@ pub(crate) async fn cycles(system: System, n: usize, prefix: String) -> Sample {
     for i in 0..n {
         let name = format!("{prefix}:{i}");
         let t = Instant::now();
-        let held = system.acquire(&name).await;
-        let acquired = Instant::now();
-        system.release(held).await;
+        let acquired = cycle(&name).await;
         let done = Instant::now();
         sample.acquire.push(micros(acquired - t));
         sample.release.push(micros(done - acquired));
