@@ -27,6 +27,12 @@
 //! lock, hand-written SQL), lock the name that [`AdvisoryKey`] displays (16 hex digits, or
 //! `XXXXXXXX,XXXXXXXX`).
 //!
+//! A Python service using pals shares a lock too: pals' `Locker("billing",
+//! url).lock("balance:42")` takes the bigint of SHA-1 of `billing.balance:42`, which is
+//! this store's lock `billing.balance:42`. pals hashes every name, so a full name
+//! (`app.name`) of at most 9 ASCII characters, or of 16 hex digits, is a different lock
+//! on each side, unless the store hashes every name too ([`KeyMapping::Hashed`]).
+//!
 //! The advisory key is all PostgreSQL knows of a lock, and it has no namespace (the
 //! `Locker`'s namespace is a Redis setting). Two applications sharing one database keep
 //! their locks apart by naming them apart (a prefix of their own, such as `billing:`,
