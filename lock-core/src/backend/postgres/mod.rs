@@ -154,14 +154,14 @@ impl PostgresStore {
     }
 
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.sessions.for_attempt().await? else {
+        let Some(serving) = self.0.sessions.for_attempt().await? else {
             return Ok(());
         };
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, fence bigint NOT NULL)",
             self.0.fence_table
         );
-        match session.client.batch_execute(&sql).await {
+        match serving.session.client.batch_execute(&sql).await {
             Ok(()) => Ok(()),
             // Another store created it at the same moment.
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
@@ -224,8 +224,9 @@ impl PostgresStore {
         let name = request.key.as_str();
         let table = &self.0.fence_table;
         loop {
-            if let Some(session) = self.0.sessions.for_attempt().await?
-                && let Some(taken) = take::once(session, table, name, key, request.kind).await?
+            if let Some(serving) = self.0.sessions.for_attempt().await?
+                && let Some(taken) =
+                    take::once(&serving.session, table, name, key, request.kind).await?
             {
                 return Ok(Some(taken));
             }
