@@ -170,9 +170,15 @@ pub(super) struct Serving {
 }
 
 impl Drop for Serving {
+    /// Says the session may be free to wait on if it now serves nothing and holds
+    /// nothing (not after every attempt, which would wake every waiter for a session
+    /// each time).
     fn drop(&mut self) {
-        self.session.usage.attempts.fetch_sub(1, Ordering::SeqCst);
-        self.session.freed.notify_waiters();
+        let usage = &self.session.usage;
+        let last = usage.attempts.fetch_sub(1, Ordering::SeqCst) == 1;
+        if last && usage.holds.load(Ordering::SeqCst) == 0 {
+            self.session.freed.notify_waiters();
+        }
     }
 }
 
