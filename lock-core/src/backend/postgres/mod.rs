@@ -45,7 +45,7 @@
 //! |---|---|
 //! | exclusive, fair, write | `pg_advisory_lock` |
 //! | read | `pg_advisory_lock_shared`, on the same key |
-//! | semaphore | unsupported: PostgreSQL has no counted advisory lock, and a faithful one is not written yet |
+//! | semaphore | unsupported: see below |
 //!
 //! A wait happens inside the server: `pg_advisory_lock` under `SET lock_timeout`, on a
 //! session that holds nothing else, so the server's first-come-first-served queue orders
@@ -54,6 +54,19 @@
 //! store, one session at most waits on a name, and holders of one name are kept apart
 //! locally (a session never blocks itself); a lock that is free is taken in one attempt
 //! (`pg_try_advisory_lock`) on any session that is not waiting, so holds share sessions.
+//!
+//! Semaphores answer [`Unsupported`](crate::LockError::Unsupported), because one name's
+//! kinds must exclude each other: a permit keeps the name's readers out and a reader
+//! keeps its permits out, while readers share with readers and permits with permits.
+//! An advisory lock has two modes, and a reader is `pg_advisory_lock_shared` on the
+//! name's key, as DistributedLock's is. Wherever a reader and a permit are to conflict,
+//! one of them must hold that lock exclusive, which also shuts out the other holders of
+//! its own kind; shared holds never conflict. So no set of advisory locks held keeps
+//! readers and permits apart, and a check of `pg_locks` after taking (backing off on a
+//! conflict) is out of reach of a reader waiting inside the server, or of a
+//! DistributedLock reader. The rest would hold: permits as slots, advisory keys derived
+//! from the name; the count in the fence table's row of the name; holds on sessions,
+//! freed when they die; a release announced by `NOTIFY`.
 //!
 //! # Fencing tokens
 //!
@@ -160,14 +173,14 @@ impl PostgresStore {
     }
 
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.sessions.for_attempt().await? else {
+        let Some(serving) = self.0.sessions.for_attempt().await? else {
             return Ok(());
         };
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, fence bigint NOT NULL)",
             self.0.fence_table
         );
-        match session.client.batch_execute(&sql).await {
+        match serving.session.client.batch_execute(&sql).await {
             Ok(()) => Ok(()),
             // Another store created it at the same moment.
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
@@ -230,8 +243,9 @@ impl PostgresStore {
         let name = request.key.as_str();
         let table = &self.0.fence_table;
         loop {
-            if let Some(session) = self.0.sessions.for_attempt().await?
-                && let Some(taken) = take::once(session, table, name, key, request.kind).await?
+            if let Some(serving) = self.0.sessions.for_attempt().await?
+                && let Some(taken) =
+                    take::once(&serving.session, table, name, key, request.kind).await?
             {
                 return Ok(Some(taken));
             }
