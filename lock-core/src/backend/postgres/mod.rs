@@ -182,10 +182,7 @@ impl PostgresStore {
         );
         match serving.session.client.batch_execute(&sql).await {
             Ok(()) => Ok(()),
-            // Another store created it at the same moment.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                Ok(())
-            }
+            Err(e) if created_meanwhile(&e) => Ok(()),
             Err(e) => Err(LockError::backend(
                 format!(
                     "postgres: cannot create the fence table {}",
@@ -288,6 +285,19 @@ impl PostgresStore {
             }
         }
     }
+}
+
+/// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at
+/// the same moment: the server says so on the table's row type (`duplicate_object`), its
+/// name (`duplicate_table`) or a catalog's unique index (`unique_violation`), as the two met.
+fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    let exists = [
+        SqlState::DUPLICATE_OBJECT,
+        SqlState::DUPLICATE_TABLE,
+        SqlState::UNIQUE_VIOLATION,
+    ];
+    e.code().is_some_and(|code| exists.contains(code))
 }
 
 impl Store for PostgresStore {
