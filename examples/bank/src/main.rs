@@ -122,8 +122,8 @@ impl Config {
             (Some(url), None) => Backend::Redis(url),
             (None, Some(url)) => Backend::Postgres(url),
             (Some(_), Some(_)) => {
-                return Err("REDIS_URL and DATABASE_URL are both set: set one of them, \
-                            the store of both the locks and the balances"
+                return Err("REDIS_URL and DATABASE_URL are both set: set only one, \
+                            where both the locks and the balances live"
                     .to_owned());
             }
         };

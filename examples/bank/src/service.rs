@@ -156,7 +156,7 @@ impl Bank {
                     .max_connections(LOCK_CONNECTIONS)
                     .build()
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| with_causes(&e))?;
                 let store = Store::postgres(url).await.map_err(|e| e.to_string())?;
                 (Locker::builder().store(Arc::new(locks)), store)
             }
@@ -370,6 +370,18 @@ impl Bank {
             Err(BankError::Stale)
         }
     }
+}
+
+/// The error and each of its causes, such as the server's reason for refusing a
+/// connection.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(e) = cause {
+        text = format!("{text}: {e}");
+        cause = e.source();
+    }
+    text
 }
 
 /// Gives a lock back once the work under it is over. That work stands (or was stopped,

@@ -9,7 +9,8 @@
 //! Each replica opens at most [`LOCK_CONNECTIONS`] connections for its locks and
 //! [`BALANCE_CONNECTIONS`] for its balances, 18 in all, so five replicas open at most 90
 //! of the 97 that a server with the default `max_connections` (100, of which
-//! `superuser_reserved_connections` keeps 3) lets in.
+//! `superuser_reserved_connections` keeps 3) lets in. The 7 left are room for an
+//! operator's forced unlock (`DELETE /admin/locks/{key}`), which opens one for a moment.
 
 use std::collections::HashMap;
 use std::error::Error as _;
