@@ -340,7 +340,7 @@ impl From<BankError> for ApiError {
             },
             BankError::Lock(e) if e.is_unsupported() => ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
-                format!("not on this bank: {e}"),
+                format!("not offered by this bank's lock store: {e}"),
             ),
             BankError::Lock(e) if e.is_lost() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

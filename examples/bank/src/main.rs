@@ -34,11 +34,12 @@
 //! - `REDIS_URL`: keep locks and balances in that Redis, shared by every replica
 //! - `DATABASE_URL`: keep them in that PostgreSQL database instead (`postgres://..`): the
 //!   balances in the table `bank_accounts`, created on start, and the locks as advisory
-//!   locks; without either, both live in this process, and with both the bank refuses to
-//!   start
+//!   locks (statements answer `501`: the PostgreSQL store has no semaphores); without
+//!   either, both live in this process, and with both the bank refuses to start
 //! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease (on PostgreSQL, the lease of the
-//!   sessions that hold them) and how long a request waits for a lock or a statement
-//!   permit before `423 Locked` (default: lock-core's, 30 s and 10 s)
+//!   sessions that hold them, and of a transaction on the balances left idle) and how long
+//!   a request waits for a lock or a statement permit before `423 Locked` (default:
+//!   lock-core's, 30 s and 10 s)
 //! - `BANK_DELAY_MS`: the pause between reading a balance and writing it back, standing
 //!   for the rest of a real update's work (default 1)
 //! - `BANK_MAX_STATEMENTS`: how many statements are prepared at once, across every replica

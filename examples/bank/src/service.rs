@@ -157,7 +157,9 @@ impl Bank {
                     .build()
                     .await
                     .map_err(|e| with_causes(&e))?;
-                let store = Store::postgres(url).await.map_err(|e| e.to_string())?;
+                let store = Store::postgres(url, config.lease)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 (Locker::builder().store(Arc::new(locks)), store)
             }
         };
@@ -175,8 +177,8 @@ impl Bank {
         let statements = locker.semaphore(STATEMENTS, permits);
         match statements.set_permits(permits).await {
             Ok(()) => {}
-            // A store without semaphores: statements answer 501, the rest works.
-            Err(e) if e.is_unsupported() => println!("bank: no statements: {e}"),
+            // A store without semaphores (PostgreSQL): statements answer 501, the rest works.
+            Err(e) if e.is_unsupported() => println!("bank: statements are off (501): {e}"),
             Err(e) => return Err(e.to_string()),
         }
         Ok(Bank {

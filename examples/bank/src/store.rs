@@ -124,9 +124,12 @@ impl Store {
         Ok(Store::Redis(pool))
     }
 
-    /// The table `bank_accounts` in the database at `url`, created if it is missing.
-    pub(crate) async fn postgres(url: &str) -> Result<Store, StoreError> {
-        postgres::Balances::open(url).await.map(Store::Postgres)
+    /// The table `bank_accounts` in the database at `url`, created if it is missing; a
+    /// transaction idle for `lease` is ended.
+    pub(crate) async fn postgres(url: &str, lease: Duration) -> Result<Store, StoreError> {
+        postgres::Balances::open(url, lease)
+            .await
+            .map(Store::Postgres)
     }
 
     /// The balance of account `id`, for showing it (0 for an account never written), read

@@ -390,24 +390,54 @@ async fn redis_down_is_503() {
     assert_eq!(balance(&http, "alice").await, 5);
 
     redis.kill();
+    every_request_is_503(&http, StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_down_is_503() {
+    let mut postgres = PostgresServer::spawn();
+    let (http, _bank) = serve(config(Backend::Postgres(postgres.url()))).await;
+    assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
+    assert_eq!(balance(&http, "alice").await, 5);
+
+    postgres.kill();
+    // statements never reach it: the PostgreSQL store has no semaphores
+    every_request_is_503(&http, StatusCode::NOT_IMPLEMENTED).await;
+}
+
+/// Every update and read answers `503` with a reason, the store being down; a statement
+/// answers `statement`.
+async fn every_request_is_503(http: &Http, statement: StatusCode) {
     let transfer = r#"{"from": "alice", "to": "bob", "amount": 1}"#;
-    for (method, path, body) in [
+    for (method, path, body, expected) in [
         (
             Method::POST,
             "/accounts/alice/deposit",
             Some(r#"{"amount": 1}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
         ),
         (
             Method::POST,
             "/accounts/alice/withdraw",
             Some(r#"{"amount": 1}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
         ),
-        (Method::POST, "/transfers", Some(transfer)),
-        (Method::GET, "/accounts/alice", None),
-        (Method::GET, "/accounts/alice/statement", None),
+        (
+            Method::POST,
+            "/transfers",
+            Some(transfer),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            Method::GET,
+            "/accounts/alice",
+            None,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (Method::GET, "/accounts/alice/statement", None, statement),
     ] {
-        let (status, reply) = call(&http, method, path, body).await;
-        assert_error(status, &reply, StatusCode::SERVICE_UNAVAILABLE, path);
+        let (status, reply) = call(http, method, path, body).await;
+        assert_error(status, &reply, expected, path);
     }
 }
 
@@ -494,7 +524,9 @@ async fn the_store_refuses_stale_fencing_tokens_on_redis() {
 #[tokio::test]
 async fn the_store_refuses_stale_fencing_tokens_on_postgres() {
     let postgres = PostgresServer::spawn();
-    let store = Store::postgres(&postgres.url()).await.unwrap();
+    let store = Store::postgres(&postgres.url(), lock_core::DEFAULT_LEASE)
+        .await
+        .unwrap();
     let bigint = u64::try_from(i64::MAX).unwrap();
     check_fencing(&store, bigint).await;
     // a token beyond the column is an error, not a write
@@ -525,7 +557,7 @@ async fn replicas_starting_at_once_create_the_table_on_a_fresh_postgres() {
     let others: Vec<_> = (0..OTHERS)
         .map(|_| {
             let url = url.clone();
-            tokio::spawn(async move { Store::postgres(&url).await })
+            tokio::spawn(async move { Store::postgres(&url, lock_core::DEFAULT_LEASE).await })
         })
         .collect();
     eventually(DEADLINE, "the others to wait for the first", || async {

@@ -1,7 +1,8 @@
 //! Bank replicas as real processes (this package's binary) sharing one spawned
 //! redis-server or PostgreSQL server: concurrent updates spread over both, one bound on the
-//! statements of both, a replica killed while it holds locks, one paused past its lease,
-//! replicas that start at once on a fresh database, and a graceful shutdown.
+//! statements of both, a replica killed while it holds locks, one paused past its lease
+//! (between its read and its write, or inside a transaction), replicas that start at once
+//! on a fresh database, and a graceful shutdown.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -21,6 +22,7 @@ use hyper_util::rt::TokioExecutor;
 use lock_core::Locker;
 use lock_tests::{PostgresServer, RedisServer, ValueExt, eventually, lock_exists, wait_until};
 use serde_json::Value;
+use tokio_postgres::NoTls;
 
 /// The bound of every wait in this file.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -523,6 +525,62 @@ async fn a_paused_replica_cannot_write_once_its_lease_ran_out_on_postgres() {
     );
     assert_eq!(balance(&http, live.addr, "x").await, 1);
     assert_eq!(balance(&http, paused.addr, "x").await, 1);
+}
+
+/// A replica paused (SIGSTOP) inside the transaction of its fenced read, with the row of
+/// the account locked: the server ends that transaction once it has sat idle for the
+/// lease, so another replica still updates the account, and the paused one's deposit
+/// fails with an error for its client once it is resumed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_paused_inside_a_transaction_keeps_no_row_locked_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let lease = ("BANK_LEASE_MS", "1000");
+    let paused = Replica::start("paused", &postgres, &[lease]);
+    let live = Replica::start("live", &postgres, &[lease]);
+    let http = http();
+    let (status, body) = Op::Deposit("x", 10).send(&http, live.addr).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // The test holds the row of x, so that the paused replica's read waits for it inside
+    // its transaction, which, paused, it cannot end.
+    let (mut client, connection) = tokio_postgres::connect(&postgres.url(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let holding = client.transaction().await.unwrap();
+    let row = "SELECT 1 FROM bank_accounts WHERE id = 'x' FOR UPDATE";
+    holding.execute(row, &[]).await.unwrap();
+    let request = {
+        let (http, addr) = (http.clone(), paused.addr);
+        tokio::spawn(async move { Op::Deposit("x", 5).send(&http, addr).await })
+    };
+    eventually(
+        DEADLINE,
+        "the paused replica's read to wait for the row",
+        || async {
+            let waiting = postgres.psql(
+                "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO bank_accounts%'",
+            );
+            waiting.unwrap() == "1"
+        },
+    )
+    .await;
+    paused.signal("STOP");
+    holding.commit().await.unwrap();
+
+    let (status, body) = Op::Deposit("x", 1).send(&http, live.addr).await.unwrap();
+    assert_eq!(
+        (status, body["balance"].as_i64()),
+        (StatusCode::OK, Some(11))
+    );
+    paused.signal("CONT");
+    let (status, body) = request.await.unwrap().unwrap();
+    assert!(
+        status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE,
+        "the paused deposit: {status} {body}"
+    );
+    assert_eq!(balance(&http, live.addr, "x").await, 11);
 }
 
 /// Two replicas started at the same moment on a fresh database: both create the tables

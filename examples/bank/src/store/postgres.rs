@@ -17,8 +17,7 @@ use std::error::Error as _;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::bb8::Pool;
-use lock_core::bb8::{self, ManageConnection};
+use lock_core::bb8::{self, ManageConnection, Pool};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
@@ -66,8 +65,10 @@ pub(crate) struct Balances(Pool<Connector>);
 
 impl Balances {
     /// At most [`BALANCE_CONNECTIONS`] connections to the database at `url`; the first is
-    /// made here, to create the table if it is missing.
-    pub(crate) async fn open(url: &str) -> Result<Balances, StoreError> {
+    /// made here, to create the table if it is missing. A transaction left open for
+    /// `lease` (its process paused or wedged halfway) is ended by the server, so that the
+    /// rows it locked do not stay locked for longer than the lock it ran under.
+    pub(crate) async fn open(url: &str, lease: Duration) -> Result<Balances, StoreError> {
         let config = Config::from_str(url)
             .map_err(|e| StoreError(format!("DATABASE_URL is not a valid postgres url: {e}")))?;
         let pool = Pool::builder()
@@ -75,7 +76,7 @@ impl Balances {
             .connection_timeout(Duration::from_secs(2))
             // a connection that fails is an error at once, with its cause
             .retry_connection(false)
-            .build(Connector(config))
+            .build(Connector { config, lease })
             .await
             .map_err(failed)?;
         let balances = Balances(pool);
@@ -200,19 +201,29 @@ fn pool_failed(e: bb8::RunError<tokio_postgres::Error>) -> StoreError {
 
 /// Opens the pool's connections, each driven by a task of its own.
 #[derive(Debug)]
-pub(crate) struct Connector(Config);
+pub(crate) struct Connector {
+    config: Config,
+    /// How long the server lets a transaction sit idle.
+    lease: Duration,
+}
 
 impl ManageConnection for Connector {
     type Connection = Client;
     type Error = tokio_postgres::Error;
 
     async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
-        let (client, connection) = self.0.connect(NoTls).await?;
+        let (client, connection) = self.config.connect(NoTls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!("postgres connection of the balances: {e}");
             }
         });
+        let lease = self.lease.as_millis();
+        client
+            .batch_execute(&format!(
+                "SET idle_in_transaction_session_timeout = {lease}"
+            ))
+            .await?;
         Ok(client)
     }
 
