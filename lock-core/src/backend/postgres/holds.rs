@@ -18,7 +18,7 @@ pub(super) struct Held {
     pub(super) key: AdvisoryKey,
     pub(super) kind: LockKind,
     /// Given up as soon as the session ends, so that the store's other holders of the
-    /// name need not wait for this hold's owner to let go of it.
+    /// name need not wait for this hold's owner to let go of it. A permit has none.
     _pass: Arc<Mutex<Option<Pass>>>,
     released: CancellationToken,
 }
@@ -36,11 +36,11 @@ impl Holds {
         session: Arc<Session>,
         key: AdvisoryKey,
         kind: LockKind,
-        pass: Pass,
+        pass: Option<Pass>,
     ) -> impl Future<Output = ()> + Send + 'static {
         let released = CancellationToken::new();
         let ended = session.ended();
-        let pass = Arc::new(Mutex::new(Some(pass)));
+        let pass = Arc::new(Mutex::new(pass));
         let lost = {
             let released = released.clone();
             let pass = pass.clone();

@@ -45,7 +45,7 @@
 //! |---|---|
 //! | exclusive, fair, write | `pg_advisory_lock` |
 //! | read | `pg_advisory_lock_shared`, on the same key |
-//! | semaphore | unsupported: see below |
+//! | semaphore | `pg_try_advisory_lock` of one of the name's permit slots (below) |
 //!
 //! A wait happens inside the server: `pg_advisory_lock` under `SET lock_timeout`, on a
 //! session that holds nothing else, so the server's first-come-first-served queue orders
@@ -53,20 +53,48 @@
 //! wakes the next at once. Exclusive and fair locks are therefore the same. Within one
 //! store, one session at most waits on a name, and holders of one name are kept apart
 //! locally (a session never blocks itself); a lock that is free is taken in one attempt
-//! (`pg_try_advisory_lock`) on any session that is not waiting, so holds share sessions.
+//! (`pg_try_advisory_lock`) on any session that is not waiting and holds nothing of that
+//! name, so holds of different names share sessions, and each hold of a name is a
+//! `pg_locks` row of its own.
 //!
-//! Semaphores answer [`Unsupported`](crate::LockError::Unsupported), because one name's
-//! kinds must exclude each other: a permit keeps the name's readers out and a reader
-//! keeps its permits out, while readers share with readers and permits with permits.
-//! An advisory lock has two modes, and a reader is `pg_advisory_lock_shared` on the
-//! name's key, as DistributedLock's is. Wherever a reader and a permit are to conflict,
-//! one of them must hold that lock exclusive, which also shuts out the other holders of
-//! its own kind; shared holds never conflict. So no set of advisory locks held keeps
-//! readers and permits apart, and a check of `pg_locks` after taking (backing off on a
-//! conflict) is out of reach of a reader waiting inside the server, or of a
-//! DistributedLock reader. The rest would hold: permits as slots, advisory keys derived
-//! from the name; the count in the fence table's row of the name; holds on sessions,
-//! freed when they die; a release announced by `NOTIFY`.
+//! ## Semaphores
+//!
+//! Permit `i` (from 0) of the semaphore `K` is the advisory lock of the bigint whose
+//! upper 32 bits are those of [`KeyMapping::Hashed`]'s key for the name `K#permits` and
+//! whose lower 32 bits are `i` (`pg_locks` shows it with `classid` the upper half,
+//! `objid` `i`, `objsubid` 1). The count is stored in the `permits` column of the fence
+//! table's row of `K` on first use; a handle with another count is refused
+//! ([`LockError::Config`]) until the count is changed. An attempt is one statement: it
+//! locks that row (`FOR UPDATE`: attempts on one semaphore take turns), counts the slots
+//! held in `pg_locks` (every slot, so holders above a lowered count stay counted), takes
+//! the first free slot if fewer than the count are held, and draws the fencing token
+//! from the same row. A permit lives on its session, as every hold does: a holder that
+//! dies frees it.
+//!
+//! A permit's waiter tries again when a permit is announced given back (this crate's
+//! releases send `NOTIFY lock_permits`, and every session of the store `LISTEN`s), and
+//! every 250 ms besides: a session that ends frees its slots without a word, and no
+//! statement can wait inside the server for whichever of several slots comes free first
+//! (waiting on each would take a connection a permit). So a permit freed by a dead
+//! holder, or by a foreign client, is found within 250 ms.
+//!
+//! One name's kinds exclude each other, while readers share with readers and permits
+//! with permits: two lock modes cannot say that (a reader stays
+//! `pg_advisory_lock_shared` on the name's key, as DistributedLock's is). So each side
+//! takes its own lock first and then, in the same statement, looks for the other's in
+//! `pg_locks`, giving its own back if it finds one. A permit attempt, having taken its
+//! slot, looks for any hold of the name's key; a take of the name's key, once granted,
+//! looks for a held slot, but only if the name's row says it has been a semaphore (names
+//! never used as one pay nothing). Were both let in, each one's look would have come
+//! before the other's take, though each took before it looked: impossible, since a
+//! granted advisory lock is in `pg_locks` for every session at once (the view reads the
+//! server's shared lock table). A waiter inside the server that is granted the name's
+//! key while a permit is held gives it back and waits again as a permit's waiter does.
+//!
+//! A foreign client sees the permits as advisory locks on the slot keys. It may take a
+//! free slot below the count with `pg_try_advisory_lock`, which this store counts; but a
+//! foreign reader or writer of `K` does not look for permits, so only this store's
+//! permits give way to it, not the other way round.
 //!
 //! # Fencing tokens
 //!
@@ -74,7 +102,8 @@
 //! ([`PostgresStoreBuilder::fence_table`], created on first use): `INSERT ..
 //! ON CONFLICT (name) DO UPDATE SET fence = fence + 1 RETURNING fence`, one row a name,
 //! durable across server restarts. Only this crate's holders draw one: a foreign holder
-//! of the same key does not.
+//! of the same key does not. The row also records the owner token of the hold taken
+//! last and its session's pid (`holder`, `held_by`), for `inspect`.
 //!
 //! # Sessions
 //!
@@ -92,6 +121,7 @@ mod builder;
 mod holds;
 mod key;
 mod operator;
+mod semaphore;
 mod session;
 mod take;
 
@@ -172,13 +202,24 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// Creates the fence table if it is missing, and adds the columns an earlier version
+    /// made it without (`permits`, `holder`, `held_by`), only then: `ALTER TABLE` would
+    /// wait for every statement under way on the table, and hold up every later one
+    /// meanwhile.
     async fn create_fence_table(&self) -> Result<(), LockError> {
         let Some(serving) = self.0.sessions.for_attempt().await? else {
             return Ok(());
         };
+        let table = &self.0.fence_table;
         let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, fence bigint NOT NULL)",
-            self.0.fence_table
+            "CREATE TABLE IF NOT EXISTS {table} \
+             (name text PRIMARY KEY, fence bigint NOT NULL, permits bigint, holder text, held_by int); \
+             DO $$ BEGIN \
+             IF (SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
+               AND attname IN ('permits', 'holder', 'held_by') AND NOT attisdropped) < 3 THEN \
+             ALTER TABLE {table} ADD COLUMN IF NOT EXISTS permits bigint, \
+               ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS held_by int; \
+             END IF; END $$"
         );
         match serving.session.client.batch_execute(&sql).await {
             Ok(()) => Ok(()),
@@ -197,10 +238,13 @@ impl PostgresStore {
     /// at any point leaves no lock behind: what the task takes after that is given back.
     async fn acquire_lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
         let name = request.key.as_str();
-        let key = self.0.mapping.key(name);
-        let entered = timeout_at(request.deadline, self.0.gates.enter(name, request.kind)).await;
-        let Ok(pass) = entered else {
-            return Ok(Outcome::Held { holder_ttl: None });
+        let pass = match request.kind {
+            // A permit needs no gate: its statement takes a slot that nobody holds.
+            LockKind::Semaphore { .. } => None,
+            kind => match timeout_at(request.deadline, self.0.gates.enter(name, kind)).await {
+                Ok(pass) => Some(pass),
+                Err(_) => return Ok(Outcome::Held { holder_ttl: None }),
+            },
         };
         let abandoned = CancellationToken::new();
         let _abandon_when_dropped = abandoned.clone().drop_guard();
@@ -208,14 +252,19 @@ impl PostgresStore {
         let store = self.clone();
         let request_owned = request.clone();
         self.0.sessions.background.spawn(async move {
-            let taken = store.take(&request_owned, key, abandoned).await;
+            let taken = match request_owned.kind {
+                LockKind::Semaphore { permits } => {
+                    store.take_permit(&request_owned, permits, abandoned).await
+                }
+                _ => store.take(&request_owned, abandoned).await,
+            };
             let _ = sender.send(taken);
         });
         let taken = taken
             .await
             .map_err(|e| take::failed_task(name, e))??
             .and_then(Taken::claim);
-        let Some((session, fence)) = taken else {
+        let Some((session, key, fence)) = taken else {
             drop(pass);
             self.0.gates.tidy();
             return Ok(Outcome::Held { holder_ttl: None });
@@ -234,15 +283,14 @@ impl PostgresStore {
     async fn take(
         &self,
         request: &Acquire,
-        key: AdvisoryKey,
         abandoned: CancellationToken,
     ) -> Result<Option<Taken>, LockError> {
         let name = request.key.as_str();
+        let key = self.0.mapping.key(name);
         let table = &self.0.fence_table;
         loop {
-            if let Some(serving) = self.0.sessions.for_attempt().await?
-                && let Some(taken) =
-                    take::once(&serving.session, table, name, key, request.kind).await?
+            if let Some(serving) = self.0.sessions.for_taking(key).await?
+                && let Some(taken) = take::once(&serving.session, table, request, key).await?
             {
                 return Ok(Some(taken));
             }
@@ -257,8 +305,8 @@ impl PostgresStore {
                 Lent::Freed => continue,
                 Lent::Nothing => return Ok(None),
             };
-            let (session, deadline) = (waiting.session.clone(), request.deadline);
-            return take::wait(session, table, name, key, request.kind, deadline, abandoned).await;
+            let session = waiting.session.clone();
+            return take::wait(session, table, request, key, abandoned).await;
         }
     }
 
@@ -272,7 +320,7 @@ impl PostgresStore {
         } else {
             take::unlock(&session.client, held.key, held.kind).await
         };
-        session.hold_given_back();
+        session.hold_given_back(held.key);
         drop(held);
         self.0.gates.tidy();
         match freed {
@@ -305,9 +353,9 @@ impl Store for PostgresStore {
         "postgres"
     }
 
-    /// Exclusive, fair, read and write; not semaphores (see the module docs).
-    fn supports(&self, kind: LockKind) -> bool {
-        !matches!(kind, LockKind::Semaphore { .. })
+    /// Every kind (see the module docs).
+    fn supports(&self, _kind: LockKind) -> bool {
+        true
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
@@ -316,6 +364,15 @@ impl Store for PostgresStore {
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(self.release_hold(hold.token))
+    }
+
+    /// The stored count (or `permits`) less the permits held, by anyone.
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(self.available_permits(key, permits))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.store_permits(key, permits))
     }
 
     /// Nothing to renew: every hold is a session's.
@@ -332,12 +389,14 @@ impl Store for PostgresStore {
         Box::pin(self.force_unlock_lock(key))
     }
 
-    /// As `pg_locks` shows the lock: each holding session by its backend's pid (in 8 hex
-    /// digits, in place of a token), as one holder however many holds it stacks; a
-    /// shared hold as a read, any other as exclusive (the server keeps exclusive, fair
-    /// and write holds alike); and the sessions waiting, foreign ones included (this
-    /// store's other tasks wait behind its one waiting session, uncounted). No lease
-    /// left, no fencing token.
+    /// As `pg_locks` shows the lock: each holding session is one holder (this crate never
+    /// stacks two holds of a name on one session). The one that took it last through
+    /// this crate shows its owner token, its fencing token and its kind, as the fence
+    /// table records them; any other by its backend's pid (in 8 hex digits, in place of
+    /// a token), a shared hold as a read and any other as exclusive. Then the sessions
+    /// waiting, foreign ones included (this store's other tasks wait behind its one
+    /// waiting session, uncounted). A semaphore shows its stored count and one holder
+    /// per permit slot held, by the slot's number. No lease left.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
     }

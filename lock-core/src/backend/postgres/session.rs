@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::key::AdvisoryKey;
+use super::semaphore;
 use crate::LockError;
 
 /// How to open a session.
@@ -33,8 +35,13 @@ pub(super) struct Session {
     ended: CancellationToken,
     /// What it is lent to.
     usage: Usage,
+    /// The advisory keys of the holds on it and of the attempts under way on it, one
+    /// entry each: a name is taken on a session that neither holds it nor is taking it.
+    keys: Mutex<Vec<AdvisoryKey>>,
     /// The store's signal that a session may have become free to wait on.
     freed: Arc<Notify>,
+    /// The store's signal that a permit was announced given back.
+    pub(super) released: Arc<Notify>,
     /// The store's work that outlives the call that started it.
     pub(super) background: TaskTracker,
     _slot: OwnedSemaphorePermit,
@@ -71,15 +78,39 @@ impl Session {
         self.prepared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One more hold lives on this session.
-    pub(super) fn hold_taken(&self) {
+    /// One more hold, of `key`, lives on this session.
+    pub(super) fn hold_taken(&self, key: AdvisoryKey) {
+        self.keys().push(key);
         self.usage.holds.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// One hold on this session was given back.
-    pub(super) fn hold_given_back(&self) {
+    /// One hold on this session, of `key`, was given back.
+    pub(super) fn hold_given_back(&self, key: AdvisoryKey) {
+        self.forget(key);
         self.usage.holds.fetch_sub(1, Ordering::SeqCst);
         self.freed.notify_waiters();
+    }
+
+    /// Lends it to an attempt to take `key`, unless it holds `key`, is taking it, or
+    /// waits.
+    fn lend_for_taking(&self, key: AdvisoryKey) -> bool {
+        let mut keys = self.keys();
+        if keys.contains(&key) || !self.usage.lend_for_attempt() {
+            return false;
+        }
+        keys.push(key);
+        true
+    }
+
+    fn forget(&self, key: AdvisoryKey) {
+        let mut keys = self.keys();
+        if let Some(at) = keys.iter().position(|k| *k == key) {
+            keys.swap_remove(at);
+        }
+    }
+
+    fn keys(&self) -> MutexGuard<'_, Vec<AdvisoryKey>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -100,7 +131,7 @@ struct Usage {
 /// What a new session is first lent to.
 #[derive(Debug, Clone, Copy)]
 enum Lend {
-    Attempt,
+    Attempt { taking: Option<AdvisoryKey> },
     Wait,
 }
 
@@ -108,7 +139,7 @@ impl Usage {
     fn lent(lend: Lend) -> Self {
         Self {
             holds: AtomicUsize::new(0),
-            attempts: AtomicUsize::new(matches!(lend, Lend::Attempt).into()),
+            attempts: AtomicUsize::new(matches!(lend, Lend::Attempt { .. }).into()),
             waiting: AtomicBool::new(matches!(lend, Lend::Wait)),
         }
     }
@@ -146,6 +177,8 @@ pub(super) struct Sessions {
     slots: Arc<Semaphore>,
     /// Woken when a session may have become free to wait on.
     freed: Arc<Notify>,
+    /// Woken when a permit is announced given back, by any store (every session listens).
+    pub(super) released: Arc<Notify>,
     /// Work that outlives the call that started it (an acquire's own task, giving back
     /// a lock whose acquire was dropped).
     pub(super) background: TaskTracker,
@@ -163,10 +196,12 @@ pub(super) enum Lent<'a> {
 }
 
 /// A session lent to statements that never wait (an attempt, a read of `pg_locks`); it is
-/// not lent to a wait until this is dropped.
+/// not lent to a wait until this is dropped, nor to another attempt to take the key it
+/// is taking.
 #[derive(Debug)]
 pub(super) struct Serving {
     pub(super) session: Arc<Session>,
+    taking: Option<AdvisoryKey>,
 }
 
 impl Drop for Serving {
@@ -174,6 +209,9 @@ impl Drop for Serving {
     /// nothing (not after every attempt, which would wake every waiter for a session
     /// each time).
     fn drop(&mut self) {
+        if let Some(key) = self.taking {
+            self.session.forget(key);
+        }
         let usage = &self.session.usage;
         let last = usage.attempts.fetch_sub(1, Ordering::SeqCst) == 1;
         if last && usage.holds.load(Ordering::SeqCst) == 0 {
@@ -204,6 +242,7 @@ impl Sessions {
             open: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(max)),
             freed: Arc::new(Notify::new()),
+            released: Arc::new(Notify::new()),
             background: TaskTracker::new(),
         }
     }
@@ -211,19 +250,36 @@ impl Sessions {
     /// A session to send statements on that never wait: any that is not waiting, or a
     /// new one; `None` if every one is waiting and no more may be opened.
     pub(super) async fn for_attempt(&self) -> Result<Option<Serving>, LockError> {
+        self.serve(None).await
+    }
+
+    /// A session to attempt to take `key` on, as [`for_attempt`](Self::for_attempt),
+    /// that neither holds `key` nor is taking it: two holds of one name never stack on
+    /// one session, so each is a `pg_locks` row of its own, and a waiting writer keeps
+    /// out every new reader (the server grants a session a lock it holds already
+    /// without queueing it). `None` also when every session holds `key` and no more
+    /// may be opened.
+    pub(super) async fn for_taking(&self, key: AdvisoryKey) -> Result<Option<Serving>, LockError> {
+        self.serve(Some(key)).await
+    }
+
+    async fn serve(&self, taking: Option<AdvisoryKey>) -> Result<Option<Serving>, LockError> {
         let lent = self
             .live()
             .iter()
-            .find(|s| s.usage.lend_for_attempt())
+            .find(|s| match taking {
+                Some(key) => s.lend_for_taking(key),
+                None => s.usage.lend_for_attempt(),
+            })
             .cloned();
         let session = match lent {
             Some(session) => session,
             None => match self.slots.clone().try_acquire_owned() {
-                Ok(slot) => self.open(slot, Lend::Attempt).await?,
+                Ok(slot) => self.open(slot, Lend::Attempt { taking }).await?,
                 Err(_) => return Ok(None),
             },
         };
-        Ok(Some(Serving { session }))
+        Ok(Some(Serving { session, taking }))
     }
 
     /// A session to wait inside the server on: one that holds nothing and waits for
@@ -302,10 +358,13 @@ impl Sessions {
             .await
             .map_err(cannot_connect)?;
         let ended = CancellationToken::new();
-        tokio::spawn(run(connection, ended.clone()));
+        tokio::spawn(run(connection, ended.clone(), self.released.clone()));
         let lease = self.connect.lease.as_millis();
         client
-            .batch_execute(&format!("SET idle_session_timeout = {lease}"))
+            .batch_execute(&format!(
+                "SET idle_session_timeout = {lease}; LISTEN {}",
+                semaphore::CHANNEL
+            ))
             .await
             .map_err(|e| {
                 LockError::backend(
@@ -318,7 +377,12 @@ impl Sessions {
             prepared: Mutex::default(),
             ended,
             usage: Usage::lent(lend),
+            keys: Mutex::new(match lend {
+                Lend::Attempt { taking } => taking.into_iter().collect(),
+                Lend::Wait => Vec::new(),
+            }),
             freed: self.freed.clone(),
+            released: self.released.clone(),
             background: self.background.clone(),
             _slot: slot,
         });
@@ -328,16 +392,25 @@ impl Sessions {
     }
 }
 
-/// Drives the connection until it drops or the session is ended, then says it ended.
+/// Drives the connection until it drops or the session is ended, then says it ended;
+/// wakes `released` on each notification.
 async fn run(
-    connection: tokio_postgres::Connection<
+    mut connection: tokio_postgres::Connection<
         tokio_postgres::Socket,
         tokio_postgres::tls::NoTlsStream,
     >,
     ended: CancellationToken,
+    released: Arc<Notify>,
 ) {
+    let messages = async {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let AsyncMessage::Notification(_) = message {
+                released.notify_waiters();
+            }
+        }
+    };
     tokio::select! {
-        _ = connection => {}
+        () = messages => {}
         () = ended.cancelled() => {}
     }
     ended.cancel();
