@@ -397,3 +397,49 @@ async fn a_fence_table_of_an_earlier_version_gains_the_new_columns() {
     assert_eq!(run(&peer, count).await, "2");
     permit.release().await.unwrap();
 }
+
+/// Two holds of one name never share a session, so a store holds at most its connection
+/// bound of reads of one name at once: the further readers wait for a session to come
+/// free, and all get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_one_name_beyond_the_connection_bound_wait_their_turn() {
+    const MAX: usize = 2;
+    const READERS: usize = 6;
+    let server = PostgresServer::spawn();
+    let store = PostgresStore::builder(&server.url())
+        .max_connections(MAX)
+        .build()
+        .await
+        .unwrap();
+    let locker = Locker::builder()
+        .store(Arc::new(store))
+        .build()
+        .await
+        .unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (locker, inside, peak) = (locker.clone(), inside.clone(), peak.clone());
+            tokio::spawn(async move {
+                let read = LockOptions::new().kind(LockKind::Read).wait(PATIENCE);
+                let guard = locker.lock_with("doc", read).await.unwrap();
+                peak.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        timeout(PATIENCE * 2, task)
+            .await
+            .expect("a reader never got in")
+            .unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= MAX,
+        "{peak} reads of one name at once on {MAX} connections"
+    );
+}

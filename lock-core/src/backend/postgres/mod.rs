@@ -73,10 +73,11 @@
 //!
 //! A permit's waiter tries again when a permit is announced given back (this crate's
 //! releases send `NOTIFY lock_permits`, and every session of the store `LISTEN`s), and
-//! every 250 ms besides: a session that ends frees its slots without a word, and no
-//! statement can wait inside the server for whichever of several slots comes free first
-//! (waiting on each would take a connection a permit). So a permit freed by a dead
-//! holder, or by a foreign client, is found within 250 ms.
+//! every 250 ms besides: a session that ends frees its slots without a word (as does a
+//! release of the name's own key, which may have kept permits out), and no statement can
+//! wait inside the server for whichever of several slots comes free first (waiting on
+//! each would take a connection a permit). So a permit freed by a dead holder, or by a
+//! foreign client, is found within 250 ms.
 //!
 //! One name's kinds exclude each other, while readers share with readers and permits
 //! with permits: two lock modes cannot say that (a reader stays
