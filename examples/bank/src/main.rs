@@ -34,8 +34,8 @@
 //! - `REDIS_URL`: keep locks and balances in that Redis, shared by every replica
 //! - `DATABASE_URL`: keep them in that PostgreSQL database instead (`postgres://..`): the
 //!   balances in the table `bank_accounts`, created on start, and the locks as advisory
-//!   locks (statements answer `501`: the PostgreSQL store has no semaphores); without
-//!   either, both live in this process, and with both the bank refuses to start
+//!   locks; without either, both live in this process, and with both the bank refuses
+//!   to start
 //! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease (on PostgreSQL, the lease of the
 //!   sessions that hold them, and of a transaction on the balances left idle) and how long
 //!   a request waits for a lock or a statement permit before `423 Locked` (default:

@@ -175,12 +175,10 @@ impl Bank {
         // statements until it is restarted with this one.
         let permits = config.max_statements.get();
         let statements = locker.semaphore(STATEMENTS, permits);
-        match statements.set_permits(permits).await {
-            Ok(()) => {}
-            // A store without semaphores (PostgreSQL): statements answer 501, the rest works.
-            Err(e) if e.is_unsupported() => println!("bank: statements are off (501): {e}"),
-            Err(e) => return Err(e.to_string()),
-        }
+        statements
+            .set_permits(permits)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Bank {
             locker,
             store,

@@ -203,36 +203,38 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Creates the fence table if it is missing, and adds the columns an earlier version
-    /// made it without (`permits`, `holder`, `held_by`), only then: `ALTER TABLE` would
-    /// wait for every statement under way on the table, and hold up every later one
-    /// meanwhile.
+    /// Creates the fence table if it is missing, then adds the columns an earlier version
+    /// made it without (`permits`, `holder`, `held_by`), only if one is missing:
+    /// `ALTER TABLE` would wait for every statement under way on the table, and hold up
+    /// every later one meanwhile.
     async fn create_fence_table(&self) -> Result<(), LockError> {
         let Some(serving) = self.0.sessions.for_attempt().await? else {
             return Ok(());
         };
         let table = &self.0.fence_table;
-        let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {table} \
-             (name text PRIMARY KEY, fence bigint NOT NULL, permits bigint, holder text, held_by int); \
-             DO $$ BEGIN \
+        let client = &serving.session.client;
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (name text PRIMARY KEY, fence bigint NOT NULL, \
+             permits bigint, holder text, held_by int)"
+        );
+        let complete = format!(
+            "DO $$ BEGIN \
              IF (SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
                AND attname IN ('permits', 'holder', 'held_by') AND NOT attisdropped) < 3 THEN \
              ALTER TABLE {table} ADD COLUMN IF NOT EXISTS permits bigint, \
                ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS held_by int; \
              END IF; END $$"
         );
-        match serving.session.client.batch_execute(&sql).await {
-            Ok(()) => Ok(()),
-            Err(e) if created_meanwhile(&e) => Ok(()),
-            Err(e) => Err(LockError::backend(
-                format!(
-                    "postgres: cannot create the fence table {}",
-                    self.0.fence_table
-                ),
+        let created = match client.batch_execute(&create).await {
+            Err(e) if !created_meanwhile(&e) => Err(e),
+            _ => client.batch_execute(&complete).await,
+        };
+        created.map_err(|e| {
+            LockError::backend(
+                format!("postgres: cannot create the fence table {table}"),
                 e,
-            )),
-        }
+            )
+        })
     }
 
     /// Takes the lock on the server, in a task of its own, so that an acquire dropped
