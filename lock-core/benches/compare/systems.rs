@@ -14,7 +14,9 @@
 //! - `tokio-postgres`: the floor for lock-core's PostgreSQL store. One tokio-postgres
 //!   connection and two statements prepared on it: the store's own take, in one
 //!   statement (`pg_try_advisory_lock` and, when it took the lock, the fence upsert
-//!   `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`), and `pg_advisory_unlock`.
+//!   `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`), and `pg_advisory_unlock`. It polls
+//!   with no sleep; its waiting form, one connection per task, waits inside the server
+//!   instead (`pg_advisory_lock` in place of `pg_try_advisory_lock`), as the store does.
 //! - `none`: takes nothing and gives back nothing, for the baselines.
 //!
 //! raw and raw-fenced have no wake-up: a waiter tries again at once (`yield_now`, no sleep),
@@ -59,6 +61,9 @@ pub(crate) enum System {
     Rslock(rslock::LockManager),
     ZooKeeperClient(ZooKeeperLock),
     PostgresFloor(PostgresFloor),
+    /// The floor waiting inside the server: a session never blocks itself, so each task
+    /// needs a connection of its own.
+    PostgresFloorWaiting(PostgresFloor),
     None,
 }
 
@@ -114,7 +119,7 @@ impl System {
             Self::Raw(_) => "raw",
             Self::Rslock(_) => "rslock",
             Self::ZooKeeperClient(_) => "zookeeper-client",
-            Self::PostgresFloor(_) => "tokio-postgres",
+            Self::PostgresFloor(_) | Self::PostgresFloorWaiting(_) => "tokio-postgres",
             Self::None => "none",
         }
     }
@@ -133,7 +138,10 @@ impl System {
             ],
             Self::RawFenced(_) => &["set", "incr", "get", "del"],
             Self::Raw(_) | Self::Rslock(_) => &["get", "del"],
-            Self::ZooKeeperClient(_) | Self::PostgresFloor(_) | Self::None => &[],
+            Self::ZooKeeperClient(_)
+            | Self::PostgresFloor(_)
+            | Self::PostgresFloorWaiting(_)
+            | Self::None => &[],
         }
     }
 
@@ -183,6 +191,11 @@ impl System {
                 }
                 Held::PostgresFloor(key)
             }
+            Self::PostgresFloorWaiting(floor) => {
+                let key = PostgresFloor::key(name);
+                floor.acquire_waiting(name, key).await;
+                Held::PostgresFloor(key)
+            }
             Self::None => Held::None,
         }
     }
@@ -198,7 +211,10 @@ impl System {
             }
             (Self::Rslock(_), Held::Rslock(lock)) => lock.release().await,
             (Self::ZooKeeperClient(lock), Held::ZooKeeperClient(path)) => lock.release(&path).await,
-            (Self::PostgresFloor(floor), Held::PostgresFloor(key)) => floor.release(key).await,
+            (
+                Self::PostgresFloor(floor) | Self::PostgresFloorWaiting(floor),
+                Held::PostgresFloor(key),
+            ) => floor.release(key).await,
             (Self::None, Held::None) => {}
             (system, held) => unreachable!("{held:?} given back to {}", system.name()),
         }
@@ -330,11 +346,12 @@ impl ZooKeeperLock {
     }
 }
 
-/// The `tokio-postgres` floor: one connection, the two statements prepared on it once.
+/// The `tokio-postgres` floor: one connection, its statements prepared on it once.
 #[derive(Debug, Clone)]
 pub(crate) struct PostgresFloor {
     client: Arc<tokio_postgres::Client>,
     take: tokio_postgres::Statement,
+    wait: tokio_postgres::Statement,
     unlock: tokio_postgres::Statement,
 }
 
@@ -354,13 +371,20 @@ impl PostgresFloor {
             ))
             .await
             .expect("create the floor's fence table");
-        let take = client
-            .prepare(&format!(
-                "INSERT INTO {table} (name, fence) SELECT $1, 1 WHERE pg_try_advisory_lock($2) \
+        let take_sql = |taken: &str| {
+            format!(
+                "INSERT INTO {table} (name, fence) SELECT $1, 1 WHERE {taken} \
                  ON CONFLICT (name) DO UPDATE SET fence = {table}.fence + 1 RETURNING fence"
-            ))
+            )
+        };
+        let take = client
+            .prepare(&take_sql("pg_try_advisory_lock($2)"))
             .await
             .expect("prepare the floor's take");
+        let wait = client
+            .prepare(&take_sql("pg_advisory_lock($2) IS NOT NULL"))
+            .await
+            .expect("prepare the floor's wait");
         let unlock = client
             .prepare("SELECT pg_advisory_unlock($1)")
             .await
@@ -368,6 +392,7 @@ impl PostgresFloor {
         Self {
             client: Arc::new(client),
             take,
+            wait,
             unlock,
         }
     }
@@ -389,6 +414,16 @@ impl PostgresFloor {
             .expect("the floor's take");
         let fence: Option<i64> = rows.first().map(|row| row.get(0));
         std::hint::black_box(fence).is_some()
+    }
+
+    /// Waits inside the server for the lock and draws its fencing token, in one statement.
+    async fn acquire_waiting(&self, name: &str, key: i64) {
+        let row = self
+            .client
+            .query_one(&self.wait, &[&name, &key])
+            .await
+            .expect("the floor's wait");
+        std::hint::black_box(row.get::<_, i64>(0));
     }
 
     async fn release(&self, key: i64) {

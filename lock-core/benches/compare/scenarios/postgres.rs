@@ -5,7 +5,8 @@
 //!   [`super::uncontended`], the two taking turns over [`ROUNDS`] rounds; then, untimed,
 //!   a hundred cycles more each with every statement logged, to count what a cycle sends.
 //! - `handoff` rows: the relay of [`super::handoff`], lock-core with one `Locker` and with
-//!   8, each held to PostgreSQL's round trip (a prepared `SELECT 1`) measured beside it.
+//!   8, and the floor waiting inside the server on 8 connections, each held to
+//!   PostgreSQL's round trip (a prepared `SELECT 1`) measured beside it.
 //! - `read-heavy` rows `lock-core/postgres/read-write` and `.../exclusive`: the operations
 //!   of [`super::read_heavy`] on one `Locker`.
 
@@ -48,9 +49,13 @@ pub(crate) async fn run(run: &mut Run<'_>) {
     uncontended(run, &server, &systems).await;
 
     let mut lockers = Vec::with_capacity(TASKS);
+    let mut floors = Vec::with_capacity(TASKS);
     for _ in 0..TASKS {
         let locker = Locker::postgres(&url).await.expect("connect lock-core");
         lockers.push(System::LockCore(locker));
+        floors.push(System::PostgresFloorWaiting(
+            PostgresFloor::connect(&url).await,
+        ));
     }
     let rows = [
         (
@@ -62,6 +67,11 @@ pub(crate) async fn run(run: &mut Run<'_>) {
             "lock-core/postgres/8-lockers",
             lockers,
             "one Locker per task, as 8 replicas would",
+        ),
+        (
+            "tokio-postgres/8-connections",
+            floors,
+            "the floor waiting inside the server, one connection per task",
         ),
     ];
     for (system, tasks, note) in rows {
