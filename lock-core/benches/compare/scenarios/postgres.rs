@@ -6,7 +6,8 @@
 //!   a hundred cycles more each with every statement logged, to count what a cycle sends.
 //! - `handoff` rows: the relay of [`super::handoff`], lock-core with one `Locker` and with
 //!   8, and the floor waiting inside the server on 8 connections, each held to
-//!   PostgreSQL's round trip (a prepared `SELECT 1`) measured beside it.
+//!   PostgreSQL's round trip (a prepared `SELECT 1`) measured beside it; then, untimed,
+//!   fifty acquisitions more with every statement logged, to count what one sends.
 //! - `read-heavy` rows `lock-core/postgres/read-write` and `.../exclusive`: the operations
 //!   of [`super::read_heavy`] on one `Locker`.
 
@@ -15,13 +16,15 @@ use lock_tests::PostgresServer;
 
 use super::handoff::{TASKS, relay, relay_row};
 use super::uncontended::cycles;
-use super::{ROUNDS, Run, read_heavy};
+use super::{ROUNDS, Run, Scale, read_heavy};
 use crate::measure::{PostgresStatements, Sample, postgres_round_trip};
 use crate::report::Row;
 use crate::systems::{PostgresFloor, System};
 
 /// The cycles each system runs with every statement logged, to count what a cycle sends.
 const COUNTED_CYCLES: usize = 100;
+/// The same for the handoff rows: acquisitions.
+const COUNTED_HANDOFFS: usize = 50;
 
 pub(crate) async fn run(run: &mut Run<'_>) {
     let workers = run.workers;
@@ -77,8 +80,18 @@ pub(crate) async fn run(run: &mut Run<'_>) {
     for (system, tasks, note) in rows {
         let rtt = postgres_round_trip(&url, scale.rtt_samples / 5).await;
         let name = format!("pg-handoff-{workers}:{system}");
-        let relay = relay(tasks, scale, &name).await;
-        let row = relay_row("handoff", system, workers, scale, rtt, &relay, note);
+        let timed = relay(tasks.clone(), scale, &name).await;
+        let mut row = relay_row("handoff", system, workers, scale, rtt, &timed, note);
+        let counted_scale = Scale {
+            handoffs: COUNTED_HANDOFFS,
+            ..scale
+        };
+        let mut acquisitions = 0;
+        let counting = async {
+            acquisitions = relay(tasks, counted_scale, &name).await.acquisitions;
+        };
+        let statements = PostgresStatements::count(&server, counting).await;
+        statements.describe(&mut row, acquisitions);
         run.report.push(row);
     }
 
