@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_core::backend::PostgresStore;
 use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
 use lock_core::{LockOptions, Locker};
-use lock_tests::PostgresServer;
+use lock_tests::{PostgresServer, eventually};
 use tokio::time::{Instant, timeout};
 use tokio_postgres::{Client, NoTls};
 
@@ -60,7 +60,18 @@ async fn a_foreign_holder_of_distributed_locks_key_makes_us_wait_and_the_other_w
                 (Instant::now(), guard.unwrap())
             })
         };
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually(
+            PATIENCE,
+            &format!("{name}: our waiter in Postgres's queue"),
+            || {
+                let (locker, name) = (locker.clone(), name.to_owned());
+                async move {
+                    let info = locker.inspect(&name).await.ok().flatten();
+                    info.and_then(|info| info.waiting) == Some(1)
+                }
+            },
+        )
+        .await;
         let released = Instant::now();
         assert_eq!(run(&peer, &call("pg_advisory_unlock", key)).await, "true");
         let (got, guard) = waiter.await.unwrap();

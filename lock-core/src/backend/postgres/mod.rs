@@ -27,6 +27,12 @@
 //! lock, hand-written SQL), lock the name that [`AdvisoryKey`] displays (16 hex digits, or
 //! `XXXXXXXX,XXXXXXXX`).
 //!
+//! A Python service using pals shares a lock too: pals' `Locker("billing",
+//! url).lock("balance:42")` takes the bigint of SHA-1 of `billing.balance:42`, which is
+//! this store's lock `billing.balance:42`. pals hashes every name, so a full name
+//! (`app.name`) of at most 9 ASCII characters, or of 16 hex digits, is a different lock
+//! on each side, unless the store hashes every name too ([`KeyMapping::Hashed`]).
+//!
 //! The advisory key is all PostgreSQL knows of a lock, and it has no namespace (the
 //! `Locker`'s namespace is a Redis setting). Two applications sharing one database keep
 //! their locks apart by naming them apart (a prefix of their own, such as `billing:`,
@@ -39,7 +45,7 @@
 //! |---|---|
 //! | exclusive, fair, write | `pg_advisory_lock` |
 //! | read | `pg_advisory_lock_shared`, on the same key |
-//! | semaphore | unsupported: PostgreSQL has no counted advisory lock, and a faithful one is not written yet |
+//! | semaphore | unsupported: see below |
 //!
 //! A wait happens inside the server: `pg_advisory_lock` under `SET lock_timeout`, on a
 //! session that holds nothing else, so the server's first-come-first-served queue orders
@@ -48,6 +54,19 @@
 //! store, one session at most waits on a name, and holders of one name are kept apart
 //! locally (a session never blocks itself); a lock that is free is taken in one attempt
 //! (`pg_try_advisory_lock`) on any session that is not waiting, so holds share sessions.
+//!
+//! Semaphores answer [`Unsupported`](crate::LockError::Unsupported), because one name's
+//! kinds must exclude each other: a permit keeps the name's readers out and a reader
+//! keeps its permits out, while readers share with readers and permits with permits.
+//! An advisory lock has two modes, and a reader is `pg_advisory_lock_shared` on the
+//! name's key, as DistributedLock's is. Wherever a reader and a permit are to conflict,
+//! one of them must hold that lock exclusive, which also shuts out the other holders of
+//! its own kind; shared holds never conflict. So no set of advisory locks held keeps
+//! readers and permits apart, and a check of `pg_locks` after taking (backing off on a
+//! conflict) is out of reach of a reader waiting inside the server, or of a
+//! DistributedLock reader. The rest would hold: permits as slots, advisory keys derived
+//! from the name; the count in the fence table's row of the name; holds on sessions,
+//! freed when they die; a release announced by `NOTIFY`.
 //!
 //! # Fencing tokens
 //!
@@ -154,19 +173,16 @@ impl PostgresStore {
     }
 
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.sessions.for_attempt().await? else {
+        let Some(serving) = self.0.sessions.for_attempt().await? else {
             return Ok(());
         };
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, fence bigint NOT NULL)",
             self.0.fence_table
         );
-        match session.client.batch_execute(&sql).await {
+        match serving.session.client.batch_execute(&sql).await {
             Ok(()) => Ok(()),
-            // Another store created it at the same moment.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                Ok(())
-            }
+            Err(e) if created_meanwhile(&e) => Ok(()),
             Err(e) => Err(LockError::backend(
                 format!(
                     "postgres: cannot create the fence table {}",
@@ -224,8 +240,9 @@ impl PostgresStore {
         let name = request.key.as_str();
         let table = &self.0.fence_table;
         loop {
-            if let Some(session) = self.0.sessions.for_attempt().await?
-                && let Some(taken) = take::once(session, table, name, key, request.kind).await?
+            if let Some(serving) = self.0.sessions.for_attempt().await?
+                && let Some(taken) =
+                    take::once(&serving.session, table, name, key, request.kind).await?
             {
                 return Ok(Some(taken));
             }
@@ -268,6 +285,19 @@ impl PostgresStore {
             }
         }
     }
+}
+
+/// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at
+/// the same moment: the server says so on the table's row type (`duplicate_object`), its
+/// name (`duplicate_table`) or a catalog's unique index (`unique_violation`), as the two met.
+fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    let exists = [
+        SqlState::DUPLICATE_OBJECT,
+        SqlState::DUPLICATE_TABLE,
+        SqlState::UNIQUE_VIOLATION,
+    ];
+    e.code().is_some_and(|code| exists.contains(code))
 }
 
 impl Store for PostgresStore {

@@ -38,7 +38,7 @@ impl PostgresStore {
         let sql = format!("SELECT pid, mode, granted FROM pg_locks WHERE {THE_KEYS_LOCKS}");
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&classid, &objid, &objsubid];
         let rows = match self.0.sessions.for_attempt().await? {
-            Some(session) => session.client.query(&sql, &params).await,
+            Some(serving) => serving.session.client.query(&sql, &params).await,
             None => {
                 self.0
                     .sessions

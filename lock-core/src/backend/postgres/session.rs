@@ -31,10 +31,8 @@ pub(super) struct Session {
     prepared: Mutex<HashMap<String, Statement>>,
     /// Cancelled once the connection is gone, with every hold on it.
     ended: CancellationToken,
-    /// How many holds live on it.
-    holds: AtomicUsize,
-    /// Whether it waits inside the server for a lock, and so can serve nothing else.
-    waiting: AtomicBool,
+    /// What it is lent to.
+    usage: Usage,
     /// The store's signal that a session may have become free to wait on.
     freed: Arc<Notify>,
     /// The store's work that outlives the call that started it.
@@ -75,13 +73,68 @@ impl Session {
 
     /// One more hold lives on this session.
     pub(super) fn hold_taken(&self) {
-        self.holds.fetch_add(1, Ordering::SeqCst);
+        self.usage.holds.fetch_add(1, Ordering::SeqCst);
     }
 
     /// One hold on this session was given back.
     pub(super) fn hold_given_back(&self) {
-        self.holds.fetch_sub(1, Ordering::SeqCst);
+        self.usage.holds.fetch_sub(1, Ordering::SeqCst);
         self.freed.notify_waiters();
+    }
+}
+
+/// What a session is lent to. A connection runs one statement at a time, so a statement
+/// sent behind a wait inside the server waits with it: a session waiting is lent to
+/// nothing else, and a session serving an attempt (or holding a lock) is not lent to a
+/// wait.
+#[derive(Debug, Default)]
+struct Usage {
+    /// How many holds live on it.
+    holds: AtomicUsize,
+    /// How many statements that never wait are under way on it, or about to be sent.
+    attempts: AtomicUsize,
+    /// Whether it waits inside the server for a lock.
+    waiting: AtomicBool,
+}
+
+/// What a new session is first lent to.
+#[derive(Debug, Clone, Copy)]
+enum Lend {
+    Attempt,
+    Wait,
+}
+
+impl Usage {
+    fn lent(lend: Lend) -> Self {
+        Self {
+            holds: AtomicUsize::new(0),
+            attempts: AtomicUsize::new(matches!(lend, Lend::Attempt).into()),
+            waiting: AtomicBool::new(matches!(lend, Lend::Wait)),
+        }
+    }
+
+    /// Lends it to one more statement that never waits, unless it is waiting.
+    fn lend_for_attempt(&self) -> bool {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if !self.waiting.load(Ordering::SeqCst) {
+            return true;
+        }
+        self.attempts.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// Lends it to a wait, if it holds nothing, waits for nothing and serves no attempt.
+    /// Each side marks itself before it reads the other's mark, so an attempt and a wait
+    /// never both get it.
+    fn lend_for_wait(&self) -> bool {
+        if self.holds.load(Ordering::SeqCst) != 0 || self.waiting.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        if self.attempts.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        self.waiting.store(false, Ordering::SeqCst);
+        false
     }
 }
 
@@ -109,6 +162,26 @@ pub(super) enum Lent<'a> {
     Nothing,
 }
 
+/// A session lent to statements that never wait (an attempt, a read of `pg_locks`); it is
+/// not lent to a wait until this is dropped.
+#[derive(Debug)]
+pub(super) struct Serving {
+    pub(super) session: Arc<Session>,
+}
+
+impl Drop for Serving {
+    /// Says the session may be free to wait on if it now serves nothing and holds
+    /// nothing (not after every attempt, which would wake every waiter for a session
+    /// each time).
+    fn drop(&mut self) {
+        let usage = &self.session.usage;
+        let last = usage.attempts.fetch_sub(1, Ordering::SeqCst) == 1;
+        if last && usage.holds.load(Ordering::SeqCst) == 0 {
+            self.session.freed.notify_waiters();
+        }
+    }
+}
+
 /// A session lent to one wait inside the server; it is free to serve others again once
 /// this is dropped.
 #[derive(Debug)]
@@ -119,7 +192,7 @@ pub(super) struct Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.session.waiting.store(false, Ordering::SeqCst);
+        self.session.usage.waiting.store(false, Ordering::SeqCst);
         self.sessions.freed.notify_waiters();
     }
 }
@@ -135,20 +208,22 @@ impl Sessions {
         }
     }
 
-    /// A session to make one attempt on, which never waits: any that is not waiting,
-    /// or a new one; `None` if every one is waiting and no more may be opened.
-    pub(super) async fn for_attempt(&self) -> Result<Option<Arc<Session>>, LockError> {
-        if let Some(session) = self
+    /// A session to send statements on that never wait: any that is not waiting, or a
+    /// new one; `None` if every one is waiting and no more may be opened.
+    pub(super) async fn for_attempt(&self) -> Result<Option<Serving>, LockError> {
+        let lent = self
             .live()
             .iter()
-            .find(|s| !s.waiting.load(Ordering::SeqCst))
-        {
-            return Ok(Some(session.clone()));
-        }
-        match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => self.open(slot).await.map(Some),
-            Err(_) => Ok(None),
-        }
+            .find(|s| s.usage.lend_for_attempt())
+            .cloned();
+        let session = match lent {
+            Some(session) => session,
+            None => match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => self.open(slot, Lend::Attempt).await?,
+                Err(_) => return Ok(None),
+            },
+        };
+        Ok(Some(Serving { session }))
     }
 
     /// A session to wait inside the server on: one that holds nothing and waits for
@@ -159,19 +234,15 @@ impl Sessions {
         let freed = self.freed.notified();
         let mut freed = std::pin::pin!(freed);
         freed.as_mut().enable();
-        let idle = self.live().iter().find_map(|s| {
-            let idle =
-                s.holds.load(Ordering::SeqCst) == 0 && !s.waiting.swap(true, Ordering::SeqCst);
-            idle.then(|| s.clone())
-        });
+        let idle = self
+            .live()
+            .iter()
+            .find(|s| s.usage.lend_for_wait())
+            .cloned();
         let session = match idle {
             Some(session) => session,
             None => match self.slots.clone().try_acquire_owned() {
-                Ok(slot) => {
-                    let session = self.open(slot).await?;
-                    session.waiting.store(true, Ordering::SeqCst);
-                    session
-                }
+                Ok(slot) => self.open(slot, Lend::Wait).await?,
                 Err(_) => {
                     return Ok(match tokio::time::timeout_at(deadline, freed).await {
                         Ok(()) => Lent::Freed,
@@ -217,8 +288,13 @@ impl Sessions {
         open
     }
 
-    /// Opens a session, leased, and keeps it busy until it ends.
-    async fn open(&self, slot: OwnedSemaphorePermit) -> Result<Arc<Session>, LockError> {
+    /// Opens a session, leased, lent as `lend` before any other caller can see it, and
+    /// keeps it busy until it ends.
+    async fn open(
+        &self,
+        slot: OwnedSemaphorePermit,
+        lend: Lend,
+    ) -> Result<Arc<Session>, LockError> {
         let (client, connection) = self
             .connect
             .config
@@ -241,8 +317,7 @@ impl Sessions {
             client,
             prepared: Mutex::default(),
             ended,
-            holds: AtomicUsize::new(0),
-            waiting: AtomicBool::new(false),
+            usage: Usage::lent(lend),
             freed: self.freed.clone(),
             background: self.background.clone(),
             _slot: slot,
@@ -284,4 +359,39 @@ async fn keep_busy(session: std::sync::Weak<Session>, period: Duration) {
 
 fn cannot_connect(error: tokio_postgres::Error) -> LockError {
     LockError::backend("postgres: cannot connect", error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_serving_an_attempt_is_not_lent_to_a_wait() {
+        let usage = Usage::default();
+        assert!(usage.lend_for_attempt());
+        assert!(
+            !usage.lend_for_wait(),
+            "a wait lent a session an attempt is on"
+        );
+        usage.attempts.fetch_sub(1, Ordering::SeqCst);
+        assert!(usage.lend_for_wait());
+    }
+
+    #[test]
+    fn a_waiting_session_serves_nothing_else() {
+        let usage = Usage::default();
+        assert!(usage.lend_for_wait());
+        assert!(!usage.lend_for_attempt(), "an attempt queued behind a wait");
+        assert!(!usage.lend_for_wait(), "two waits on one session");
+        usage.waiting.store(false, Ordering::SeqCst);
+        assert!(usage.lend_for_attempt());
+    }
+
+    #[test]
+    fn a_session_holding_a_lock_is_not_lent_to_a_wait() {
+        let usage = Usage::default();
+        usage.holds.fetch_add(1, Ordering::SeqCst);
+        assert!(!usage.lend_for_wait());
+        assert!(usage.lend_for_attempt(), "holds share sessions");
+    }
 }

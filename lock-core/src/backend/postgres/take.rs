@@ -65,15 +65,15 @@ impl Drop for Taken {
 /// One attempt on `session`, which other holds share: the lock, or `None` if it is held.
 /// A statement that fails may have taken the lock, so its session is ended.
 pub(super) async fn once(
-    session: Arc<Session>,
+    session: &Arc<Session>,
     table: &str,
     name: &str,
     key: AdvisoryKey,
     kind: LockKind,
 ) -> Result<Option<Taken>, LockError> {
     let sql = take_sql(table, key, kind, Attempt::Once);
-    match fence(&session, &sql, name, key).await {
-        Ok(fence) => Ok(fence.map(|f| Taken::new(session, key, kind, f))),
+    match fence(session, &sql, name, key).await {
+        Ok(fence) => Ok(fence.map(|f| Taken::new(session.clone(), key, kind, f))),
         Err(e) => {
             session.end();
             Err(failed(name, "take it", e))
