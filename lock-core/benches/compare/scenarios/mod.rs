@@ -7,6 +7,7 @@ pub(crate) mod axum;
 pub(crate) mod handoff;
 pub(crate) mod memory;
 pub(crate) mod parallel;
+pub(crate) mod postgres;
 pub(crate) mod read_heavy;
 pub(crate) mod scale_out;
 pub(crate) mod semaphore;
@@ -36,6 +37,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "axum",
     "scale-out",
     "zookeeper",
+    "postgres",
     "memory",
 ];
 
@@ -203,6 +205,9 @@ pub(crate) async fn run(
     }
     if only.contains(&"zookeeper") {
         zookeeper::run(&mut run).await;
+    }
+    if only.contains(&"postgres") {
+        postgres::run(&mut run).await;
     }
 }
 
