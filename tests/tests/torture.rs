@@ -160,6 +160,29 @@ fn mariadb_holder_paused() {
     assert!(paused_holder_refused(&report) > 0, "{report}");
 }
 
+#[test]
+fn postgres_backend_terminated() {
+    torture("postgres-backend-terminated");
+}
+
+#[test]
+fn postgres_server_restarted() {
+    torture("postgres-server-restarted");
+}
+
+#[test]
+fn postgres_holder_killed() {
+    torture("postgres-holder-killed");
+}
+
+/// A holder process paused past its session lease loses its sessions to the server, its
+/// locks come free within lease + 1 s, and its fenced writes are refused once it resumes.
+#[test]
+fn postgres_holder_paused() {
+    let report = torture("postgres-holder-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_tested() {
@@ -188,6 +211,10 @@ fn every_scenario_is_tested() {
         "mariadb-server-restarted",
         "mariadb-holder-killed",
         "mariadb-holder-paused",
+        "postgres-backend-terminated",
+        "postgres-server-restarted",
+        "postgres-holder-killed",
+        "postgres-holder-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }

@@ -338,6 +338,10 @@ impl From<BankError> for ApiError {
                     "an account is locked by another request; retry later",
                 )
             },
+            BankError::Lock(e) if e.is_unsupported() => ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!("not offered by this bank's lock store: {e}"),
+            ),
             BankError::Lock(e) if e.is_lost() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "a lock was lost before the request was done; retry",

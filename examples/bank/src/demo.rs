@@ -28,7 +28,7 @@ pub(crate) async fn main(config: &Config) -> Result<(), String> {
     println!(
         "bank demo: {REQUESTS} deposits of 1, {CONCURRENCY} at a time, to {ACCOUNTS} accounts, \
          over HTTP on loopback; {}",
-        config.backend()
+        config.backend
     );
     let locked = run(config, true, REQUESTS, CONCURRENCY).await?;
     let unlocked = run(config, false, REQUESTS, CONCURRENCY).await?;
@@ -105,7 +105,7 @@ pub(crate) async fn run(
     });
     let server = tokio::spawn(server.into_future());
 
-    // Fresh accounts, so that a second demo against the same Redis starts from 0 too.
+    // Fresh accounts, so that a second demo against the same store starts from 0 too.
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()

@@ -2,7 +2,8 @@
 //!
 //! A small bank: per-account balances over HTTP, updated by a plain read-modify-write
 //! (read the balance, await, write it back) that distributed locks make safe, however many
-//! replicas share the Redis. `cargo run -p bank -- demo` shows what the locks save.
+//! replicas share the Redis or the PostgreSQL database. `cargo run -p bank -- demo` shows
+//! what the locks save.
 //!
 //! Each account has a read-write lock, `balance:{id}`: reading a balance takes its read
 //! side, shared with other reads; deposits, withdrawals and transfers take its write side.
@@ -30,14 +31,19 @@
 //! Environment:
 //! - `BANK_ADDR`: where to listen (default `127.0.0.1:3000`; port 0 takes a free one);
 //!   the address bound is printed as `listening on http://ADDR`
-//! - `REDIS_URL`: keep locks and balances in that Redis, shared by every replica;
-//!   without it, both live in this process
-//! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease and how long a request waits for
-//!   a lock or a statement permit before `423 Locked` (default: lock-core's, 30 s and 10 s)
+//! - `REDIS_URL`: keep locks and balances in that Redis, shared by every replica
+//! - `DATABASE_URL`: keep them in that PostgreSQL database instead (`postgres://..`): the
+//!   balances in the table `bank_accounts`, created on start, and the locks as advisory
+//!   locks; without either, both live in this process, and with both the bank refuses
+//!   to start
+//! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease (on PostgreSQL, the lease of the
+//!   sessions that hold them, and of a transaction on the balances left idle) and how long
+//!   a request waits for a lock or a statement permit before `423 Locked` (default:
+//!   lock-core's, 30 s and 10 s)
 //! - `BANK_DELAY_MS`: the pause between reading a balance and writing it back, standing
 //!   for the rest of a real update's work (default 1)
 //! - `BANK_MAX_STATEMENTS`: how many statements are prepared at once, across every replica
-//!   sharing the Redis (default 2); the replica started last sets it for all
+//!   sharing the store (default 2); the replica started last sets it for all
 //! - `BANK_STATEMENT_DELAY_MS`: how long a statement takes to render (default 300)
 //! - `BANK_UNLOCKED=1`: take no account locks at all, to see updates get lost (demo only)
 //! - `BANK_ADMIN_TOKEN`: the bearer token of the `/admin` endpoints; unset, they answer
@@ -50,12 +56,15 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_postgres::config::Host;
 
 use crate::service::Bank;
 
@@ -70,7 +79,7 @@ const DEFAULT_STATEMENT_DELAY: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) addr: SocketAddr,
-    pub(crate) redis_url: Option<String>,
+    pub(crate) backend: Backend,
     pub(crate) lease: Duration,
     pub(crate) wait: Duration,
     pub(crate) delay: Duration,
@@ -109,9 +118,19 @@ impl Config {
             Some("1" | "true") => false,
             Some(v) => return Err(format!("BANK_UNLOCKED must be 1 or 0, got {v:?}")),
         };
+        let backend = match (var("REDIS_URL"), var("DATABASE_URL")) {
+            (None, None) => Backend::Memory,
+            (Some(url), None) => Backend::Redis(url),
+            (None, Some(url)) => Backend::Postgres(url),
+            (Some(_), Some(_)) => {
+                return Err("REDIS_URL and DATABASE_URL are both set: set only one, \
+                            where both the locks and the balances live"
+                    .to_owned());
+            }
+        };
         Ok(Config {
             addr,
-            redis_url: var("REDIS_URL"),
+            backend,
             lease: millis("BANK_LEASE_MS", lock_core::DEFAULT_LEASE)?,
             wait: millis("BANK_WAIT_MS", lock_core::DEFAULT_WAIT)?,
             delay: millis("BANK_DELAY_MS", Duration::from_millis(1))?,
@@ -121,17 +140,48 @@ impl Config {
             admin_token: var("BANK_ADMIN_TOKEN"),
         })
     }
+}
 
-    /// Where locks and balances live, without any password from the URL.
-    fn backend(&self) -> String {
-        match &self.redis_url {
-            Some(url) => {
+/// Where the locks and the balances live.
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    /// In this process.
+    Memory,
+    /// In the Redis at this url (`REDIS_URL`).
+    Redis(String),
+    /// In the PostgreSQL database at this url (`DATABASE_URL`).
+    Postgres(String),
+}
+
+/// Where locks and balances live, without any password from the url.
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Memory => f.write_str(
+                "locks and balances in memory \
+                 (set REDIS_URL or DATABASE_URL to share them between replicas)",
+            ),
+            Backend::Redis(url) => {
                 let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
                 let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-                format!("locks and balances in redis at {host}")
+                write!(f, "locks and balances in redis at {host}")
             }
-            None => "locks and balances in memory (set REDIS_URL to share them between replicas)"
-                .to_owned(),
+            Backend::Postgres(url) => {
+                let Ok(config) = tokio_postgres::Config::from_str(url) else {
+                    return f.write_str("locks and balances in postgres");
+                };
+                let host = match config.get_hosts().first() {
+                    Some(Host::Tcp(host)) => host.clone(),
+                    Some(Host::Unix(dir)) => dir.display().to_string(),
+                    None => "localhost".to_owned(),
+                };
+                let port = config.get_ports().first().copied().unwrap_or(5432);
+                let database = config.get_dbname().or(config.get_user()).unwrap_or("");
+                write!(
+                    f,
+                    "locks and balances in postgres at {host}:{port}/{database}"
+                )
+            }
         }
     }
 }
@@ -165,7 +215,7 @@ async fn main() -> ExitCode {
 /// Serves until Ctrl-C or SIGTERM, then stops accepting, lets the requests in flight
 /// finish (releasing their locks), and returns.
 async fn serve(config: &Config) -> Result<(), String> {
-    println!("bank: {}", config.backend());
+    println!("bank: {}", config.backend);
     if !config.locks {
         tracing::warn!("BANK_UNLOCKED is set: NO LOCKS, concurrent updates WILL be lost");
         println!("bank: WARNING: BANK_UNLOCKED is set: no locks, concurrent updates will be lost");
@@ -182,7 +232,7 @@ async fn serve(config: &Config) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     // The lock layer gives each request's lock back in the background as its response
-    // is produced: let the last of those reach Redis before the runtime stops.
+    // is produced: let the last of those reach the store before the runtime stops.
     locker.flush().await;
     println!("bank: stopped");
     Ok(())

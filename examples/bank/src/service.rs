@@ -7,13 +7,16 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use lock_core::backend::PostgresStore;
 use lock_core::{LockError, LockKind, LockOptions, Locker, Semaphore};
 use serde::Serialize;
 
-use crate::Config;
+use crate::store::postgres::LOCK_CONNECTIONS;
 use crate::store::{Read, Store, StoreError, Write};
+use crate::{Backend, Config};
 
 /// The semaphore that bounds the statements being prepared: one for the whole bank,
 /// shared by every replica.
@@ -139,21 +142,33 @@ pub(crate) struct Bank {
 }
 
 impl Bank {
-    /// Locks and balances in the Redis at `config.redis_url`, or in this process.
+    /// Locks and balances where `config.backend` says.
     pub(crate) async fn open(config: &Config) -> Result<Bank, String> {
-        let locker = match &config.redis_url {
-            Some(url) => Locker::builder().url(url),
-            None => Locker::builder().in_memory(),
-        }
-        .default_lease(config.lease)
-        .default_wait(config.wait)
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
-        let store = match &config.redis_url {
-            Some(url) => Store::redis(url).await.map_err(|e| e.to_string())?,
-            None => Store::in_memory(),
+        let (locks, store) = match &config.backend {
+            Backend::Memory => (Locker::builder().in_memory(), Store::in_memory()),
+            Backend::Redis(url) => {
+                let store = Store::redis(url).await.map_err(|e| e.to_string())?;
+                (Locker::builder().url(url), store)
+            }
+            Backend::Postgres(url) => {
+                let locks = PostgresStore::builder(url)
+                    .session_lease(config.lease)
+                    .max_connections(LOCK_CONNECTIONS)
+                    .build()
+                    .await
+                    .map_err(|e| with_causes(&e))?;
+                let store = Store::postgres(url, config.lease)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (Locker::builder().store(Arc::new(locks)), store)
+            }
         };
+        let locker = locks
+            .default_lease(config.lease)
+            .default_wait(config.wait)
+            .build()
+            .await
+            .map_err(|e| e.to_string())?;
         // A semaphore keeps the count it was first used with (for as long as its fence
         // counter, days): storing ours makes a changed BANK_MAX_STATEMENTS apply. A replica
         // started earlier with another count then gets LockError::Config (a 503) for its
@@ -355,6 +370,18 @@ impl Bank {
             Err(BankError::Stale)
         }
     }
+}
+
+/// The error and each of its causes, such as the server's reason for refusing a
+/// connection.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(e) = cause {
+        text = format!("{text}: {e}");
+        cause = e.source();
+    }
+    text
 }
 
 /// Gives a lock back once the work under it is over. That work stands (or was stopped,

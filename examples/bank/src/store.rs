@@ -1,4 +1,5 @@
-//! Where the balances live: this process's memory, or Redis (shared by every replica).
+//! Where the balances live: this process's memory, or Redis or PostgreSQL (shared by every
+//! replica).
 //!
 //! Reads and writes are separate calls on purpose: a read-modify-write through this store
 //! is not atomic, which is what the locks are for. Every access carries the fencing token
@@ -20,6 +21,8 @@
 //! (each write is atomic). Nor can a recorded read refuse a writer that holds its lock:
 //! tokens of one lock increase with every grant, read or write, and a reader with a newer
 //! token than a writer's was granted after that writer's hold ended.
+
+pub(crate) mod postgres;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -57,6 +60,7 @@ static WRITE_BALANCES: std::sync::LazyLock<Script> = std::sync::LazyLock::new(||
 pub(crate) enum Store {
     Memory(Arc<Mutex<HashMap<String, Account>>>),
     Redis(Pool<RedisConnectionManager>),
+    Postgres(postgres::Balances),
 }
 
 /// An account as stored: its balance and the newest fencing token that has read or
@@ -120,6 +124,14 @@ impl Store {
         Ok(Store::Redis(pool))
     }
 
+    /// The table `bank_accounts` in the database at `url`, created if it is missing; a
+    /// transaction idle for `lease` is ended.
+    pub(crate) async fn postgres(url: &str, lease: Duration) -> Result<Store, StoreError> {
+        postgres::Balances::open(url, lease)
+            .await
+            .map(Store::Postgres)
+    }
+
     /// The balance of account `id`, for showing it (0 for an account never written), read
     /// under the read side of its lock with fencing token `fence`, which the account
     /// records unless it has seen a newer one. Never refused: see the module docs.
@@ -138,6 +150,7 @@ impl Store {
                 let balance: Option<i64> = invocation.invoke_async(&mut *conn).await?;
                 Ok(balance.unwrap_or(0))
             }
+            Store::Postgres(balances) => balances.balance(id, fence).await,
         }
     }
 
@@ -181,6 +194,7 @@ impl Store {
                 })?;
                 Ok(Some(balances))
             }
+            Store::Postgres(balances) => balances.read(reads).await,
         }
     }
 
@@ -214,6 +228,7 @@ impl Store {
                 let written: i64 = invocation.invoke_async(&mut *conn).await?;
                 Ok(written == 1)
             }
+            Store::Postgres(balances) => balances.write(writes).await,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! In-process tests: the endpoints over real HTTP on loopback, the store's fencing check,
-//! and the demo's locked run. Processes and replicas: `tests/replicas.rs`.
+//! the balances' table on PostgreSQL, and the demo's locked run. Processes and replicas:
+//! `tests/replicas.rs`.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -9,24 +10,25 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{Method, Response, StatusCode, header};
 use axum::response::IntoResponse;
-use lock_core::{LockKind, LockOptions};
-use lock_tests::{RedisServer, eventually};
+use lock_core::{LockGuard, LockKind, LockOptions};
+use lock_tests::{PostgresServer, RedisServer, eventually};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 
 use crate::demo::{self, Http};
 use crate::service::{AccountId, Bank, BankError, NO_FENCE, STATEMENTS, lock_key};
+use crate::store::postgres::CREATE_TABLE;
 use crate::store::{Read, Store, Write};
-use crate::{Config, app};
+use crate::{Backend, Config, app};
 
 /// The bound of every wait on a condition in this file.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn config(redis_url: Option<String>) -> Config {
+fn config(backend: Backend) -> Config {
     Config {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        redis_url,
+        backend,
         lease: lock_core::DEFAULT_LEASE,
         wait: Duration::from_secs(5),
         delay: Duration::from_millis(1),
@@ -86,7 +88,7 @@ fn assert_locked(response: &Response<Bytes>, what: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_400_with_a_reason_and_changes_nothing() {
-    let (http, _bank) = serve(config(None)).await;
+    let (http, _bank) = serve(config(Backend::Memory)).await;
     let long = "a".repeat(65);
     let post = Method::POST;
     let cases = [
@@ -173,7 +175,7 @@ async fn bad_input_is_400_with_a_reason_and_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_accounts_have_balance_0_and_unknown_paths_are_404() {
-    let (http, _bank) = serve(config(None)).await;
+    let (http, _bank) = serve(config(Backend::Memory)).await;
     let (status, body) = call(&http, Method::GET, "/accounts/nobody", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, serde_json::json!({"id": "nobody", "balance": 0}));
@@ -185,7 +187,7 @@ async fn unknown_accounts_have_balance_0_and_unknown_paths_are_404() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn overdrafts_are_409_and_change_nothing() {
-    let (http, _bank) = serve(config(None)).await;
+    let (http, _bank) = serve(config(Backend::Memory)).await;
     assert_eq!(deposit(&http, "alice", 50).await.0, StatusCode::OK);
 
     let withdraw = r#"{"amount": 80}"#;
@@ -247,7 +249,7 @@ async fn overdrafts_are_409_and_change_nothing() {
 async fn a_held_account_is_423_with_retry_after() {
     let (http, bank) = serve(Config {
         wait: Duration::from_millis(100),
-        ..config(None)
+        ..config(Backend::Memory)
     })
     .await;
     let transfer = r#"{"from": "bob", "to": "alice", "amount": 1}"#;
@@ -280,8 +282,8 @@ async fn a_held_account_is_423_with_retry_after() {
 }
 
 /// Reads of one account go in together; a deposit waits until the last has gone.
-async fn reads_share_an_account_and_a_deposit_waits_for_them(redis_url: Option<String>) {
-    let (http, bank) = serve(config(redis_url)).await;
+async fn reads_share_an_account_and_a_deposit_waits_for_them(backend: Backend) {
+    let (http, bank) = serve(config(backend)).await;
     assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
     let key = lock_key(&AccountId::parse("alice").unwrap());
     let read = bank.locker().read(&key).await.unwrap();
@@ -320,21 +322,21 @@ async fn reads_share_an_account_and_a_deposit_waits_for_them(redis_url: Option<S
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reads_share_an_account_and_a_deposit_waits_for_them_in_memory() {
-    reads_share_an_account_and_a_deposit_waits_for_them(None).await;
+    reads_share_an_account_and_a_deposit_waits_for_them(Backend::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reads_share_an_account_and_a_deposit_waits_for_them_on_redis() {
     let redis = RedisServer::spawn();
-    reads_share_an_account_and_a_deposit_waits_for_them(Some(redis.url())).await;
+    reads_share_an_account_and_a_deposit_waits_for_them(Backend::Redis(redis.url())).await;
 }
 
 /// With both statement permits held (as two statements in flight hold them), a third
 /// statement answers 423 with `Retry-After`; once one is given back, it goes through.
-async fn statements_beyond_the_bound_are_423(redis_url: Option<String>) {
+async fn statements_beyond_the_bound_are_423(backend: Backend) {
     let (http, bank) = serve(Config {
         wait: Duration::from_millis(100),
-        ..config(redis_url)
+        ..config(backend)
     })
     .await;
     assert_eq!(deposit(&http, "alice", 70).await.0, StatusCode::OK);
@@ -371,23 +373,39 @@ async fn statements_beyond_the_bound_are_423(redis_url: Option<String>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn statements_beyond_the_bound_are_423_in_memory() {
-    statements_beyond_the_bound_are_423(None).await;
+    statements_beyond_the_bound_are_423(Backend::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn statements_beyond_the_bound_are_423_on_redis() {
     let redis = RedisServer::spawn();
-    statements_beyond_the_bound_are_423(Some(redis.url())).await;
+    statements_beyond_the_bound_are_423(Backend::Redis(redis.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_down_is_503() {
     let mut redis = RedisServer::spawn();
-    let (http, _bank) = serve(config(Some(redis.url()))).await;
+    let (http, _bank) = serve(config(Backend::Redis(redis.url()))).await;
     assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
     assert_eq!(balance(&http, "alice").await, 5);
 
     redis.kill();
+    every_request_is_503(&http).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_down_is_503() {
+    let mut postgres = PostgresServer::spawn();
+    let (http, _bank) = serve(config(Backend::Postgres(postgres.url()))).await;
+    assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
+    assert_eq!(balance(&http, "alice").await, 5);
+
+    postgres.kill();
+    every_request_is_503(&http).await;
+}
+
+/// Every update and read answers `503` with a reason, the store being down.
+async fn every_request_is_503(http: &Http) {
     let transfer = r#"{"from": "alice", "to": "bob", "amount": 1}"#;
     for (method, path, body) in [
         (
@@ -404,15 +422,16 @@ async fn redis_down_is_503() {
         (Method::GET, "/accounts/alice", None),
         (Method::GET, "/accounts/alice/statement", None),
     ] {
-        let (status, reply) = call(&http, method, path, body).await;
+        let (status, reply) = call(http, method, path, body).await;
         assert_error(status, &reply, StatusCode::SERVICE_UNAVAILABLE, path);
     }
 }
 
 /// Fencing: a read-modify-write's read or write under an older token than the account has
 /// seen changes nothing, and its read records its token; a read for showing records its
-/// token too, never lowering the one recorded, and is never refused.
-async fn check_fencing(store: &Store) {
+/// token too, never lowering the one recorded, and is never refused. `largest` is the
+/// largest token the store keeps.
+async fn check_fencing(store: &Store, largest: u64) {
     let write = |id, balance, fence| Write { id, balance, fence };
     let read = |id, fence| Read { id, fence };
     assert!(store.write(&[write("a", 10, 5)]).await.unwrap());
@@ -435,9 +454,9 @@ async fn check_fencing(store: &Store) {
         (30, 0)
     );
     // tokens compare exactly, beyond a double's 53 bits
-    assert!(store.write(&[write("c", 1, u64::MAX - 1)]).await.unwrap());
-    assert!(!store.write(&[write("c", 2, u64::MAX - 2)]).await.unwrap());
-    assert!(store.write(&[write("c", 3, u64::MAX)]).await.unwrap());
+    assert!(store.write(&[write("c", 1, largest - 1)]).await.unwrap());
+    assert!(!store.write(&[write("c", 2, largest - 2)]).await.unwrap());
+    assert!(store.write(&[write("c", 3, largest)]).await.unwrap());
     assert_eq!(store.balance("c", NO_FENCE).await.unwrap(), 3);
 
     // a read records its token: from then on, an older one can neither write nor read
@@ -479,13 +498,85 @@ async fn check_fencing(store: &Store) {
 
 #[tokio::test]
 async fn the_store_refuses_stale_fencing_tokens_in_memory() {
-    check_fencing(&Store::in_memory()).await;
+    check_fencing(&Store::in_memory(), u64::MAX).await;
 }
 
 #[tokio::test]
 async fn the_store_refuses_stale_fencing_tokens_on_redis() {
     let redis = RedisServer::spawn();
-    check_fencing(&Store::redis(&redis.url()).await.unwrap()).await;
+    check_fencing(&Store::redis(&redis.url()).await.unwrap(), u64::MAX).await;
+}
+
+#[tokio::test]
+async fn the_store_refuses_stale_fencing_tokens_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let store = Store::postgres(&postgres.url(), lock_core::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    let bigint = u64::try_from(i64::MAX).unwrap();
+    check_fencing(&store, bigint).await;
+    // a token beyond the column is an error, not a write
+    let beyond = Write {
+        id: "e",
+        balance: 1,
+        fence: bigint + 1,
+    };
+    let err = store.write(&[beyond]).await.unwrap_err();
+    assert!(err.to_string().contains("bigint"), "{err}");
+}
+
+/// The table of the balances, as a fresh database gets it from replicas that start at
+/// once: each creates it unless it exists, and none fails for another's doing so. Here
+/// the first creates it in a transaction left open until the others wait on its catalog
+/// rows; it then commits, and they find theirs taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_starting_at_once_create_the_table_on_a_fresh_postgres() {
+    const OTHERS: usize = 4;
+    let postgres = PostgresServer::spawn();
+    let url = postgres.url();
+    let (mut first, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let creating = first.transaction().await.unwrap();
+    creating.batch_execute(CREATE_TABLE).await.unwrap();
+    let others: Vec<_> = (0..OTHERS)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { Store::postgres(&url, lock_core::DEFAULT_LEASE).await })
+        })
+        .collect();
+    eventually(DEADLINE, "the others to wait for the first", || async {
+        let waiting = postgres.psql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE TABLE%'",
+        );
+        waiting.unwrap() == OTHERS.to_string()
+    })
+    .await;
+    creating.commit().await.unwrap();
+    let mut stores = Vec::new();
+    for store in others {
+        stores.push(store.await.unwrap().unwrap());
+    }
+
+    let columns = postgres
+        .psql(
+            "SELECT column_name, data_type FROM information_schema.columns \
+             WHERE table_name = 'bank_accounts' ORDER BY ordinal_position",
+        )
+        .unwrap();
+    assert_eq!(columns, "id|text\nbalance|bigint\nfence|bigint");
+    let write = Write {
+        id: "alice",
+        balance: 5,
+        fence: 1,
+    };
+    assert!(stores[0].write(&[write]).await.unwrap());
+    assert_eq!(
+        stores[OTHERS - 1].balance("alice", NO_FENCE).await.unwrap(),
+        5
+    );
 }
 
 /// The write side of an account's lock, on a short lease that nothing renews: its holder
@@ -497,11 +588,31 @@ fn stale_write() -> LockOptions {
         .watchdog(false)
 }
 
+/// How a holder's lock goes while it still works.
+#[derive(Debug, Clone, Copy)]
+enum Stale {
+    /// Its lease runs out (a store that leases its holds).
+    LeaseRunsOut,
+    /// An operator forces it open (on PostgreSQL, whose holds last as long as their
+    /// session, this ends the session, as the server does with one idle past its lease).
+    ForcedOpen,
+}
+
+impl Stale {
+    /// Waits until `guard`, a hold of lock `key` taken with [`stale_write`], is lost.
+    async fn lose(self, bank: &Bank, key: &str, guard: &LockGuard) {
+        if let Stale::ForcedOpen = self {
+            assert!(bank.locker().force_unlock(key).await.unwrap());
+        }
+        guard.lost().await;
+    }
+}
+
 /// Two deposits to one account, by holders A and B of its lock, in this order: A reads
 /// the balance, then stops past its lease (a held guard whose lease nothing renews); B
 /// takes the lock and reads the balance; A writes its result; B writes its own. A is
 /// refused (its request answers 409), and the balance holds every deposit acknowledged.
-async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
+async fn a_stale_holder_cannot_lose_a_deposit(config: Config, stale: Stale) {
     let bank = Bank::open(&config).await.unwrap();
     let id = AccountId::parse("alice").unwrap();
     let key = lock_key(&id);
@@ -514,7 +625,7 @@ async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
             let guard = bank.locker().lock_with(&key, stale_write()).await.unwrap();
             let fence = guard.fencing_token();
             let [balance] = bank.read([(&id, fence)]).await.unwrap(); // 1
-            guard.lost().await;
+            stale.lose(&bank, &key, &guard).await;
             steps.wait().await; // A's lease ran out
             steps.wait().await; // B has read
             let written = bank.write(&[(&id, balance + a_deposit, fence)]).await; // 3
@@ -548,29 +659,34 @@ async fn a_stale_holder_cannot_lose_a_deposit(config: Config) {
 
 #[tokio::test(start_paused = true)]
 async fn a_stale_holder_cannot_lose_a_deposit_in_memory() {
-    a_stale_holder_cannot_lose_a_deposit(config(None)).await;
+    a_stale_holder_cannot_lose_a_deposit(config(Backend::Memory), Stale::LeaseRunsOut).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_holder_cannot_lose_a_deposit_on_redis() {
     let redis = RedisServer::spawn();
-    a_stale_holder_cannot_lose_a_deposit(config(Some(redis.url()))).await;
+    let config = config(Backend::Redis(redis.url()));
+    a_stale_holder_cannot_lose_a_deposit(config, Stale::LeaseRunsOut).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_holder_cannot_lose_a_deposit_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let config = config(Backend::Postgres(postgres.url()));
+    a_stale_holder_cannot_lose_a_deposit(config, Stale::ForcedOpen).await;
 }
 
 /// A writer reads the balance, then stops past its lease; a reader takes the read side
 /// and shows the balance, with a newer token; the writer's write, after that read, is
 /// refused.
-async fn a_write_after_a_newer_read_is_refused(config: Config) {
+async fn a_write_after_a_newer_read_is_refused(config: Config, stale: Stale) {
     let bank = Bank::open(&config).await.unwrap();
     let id = AccountId::parse("alice").unwrap();
-    let writer = bank
-        .locker()
-        .lock_with(&lock_key(&id), stale_write())
-        .await
-        .unwrap();
+    let key = lock_key(&id);
+    let writer = bank.locker().lock_with(&key, stale_write()).await.unwrap();
     let fence = writer.fencing_token();
     let [balance] = bank.read([(&id, fence)]).await.unwrap();
-    writer.lost().await;
+    stale.lose(&bank, &key, &writer).await;
     // A lost hold is not re-entered: this read takes the read side anew.
     let reading = bank.balance(&id).await.unwrap();
     assert!(reading.fencing_token > fence, "{reading:?} after {fence}");
@@ -581,24 +697,37 @@ async fn a_write_after_a_newer_read_is_refused(config: Config) {
 
 #[tokio::test(start_paused = true)]
 async fn a_write_after_a_newer_read_is_refused_in_memory() {
-    a_write_after_a_newer_read_is_refused(config(None)).await;
+    a_write_after_a_newer_read_is_refused(config(Backend::Memory), Stale::LeaseRunsOut).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_after_a_newer_read_is_refused_on_redis() {
     let redis = RedisServer::spawn();
-    a_write_after_a_newer_read_is_refused(config(Some(redis.url()))).await;
+    let config = config(Backend::Redis(redis.url()));
+    a_write_after_a_newer_read_is_refused(config, Stale::LeaseRunsOut).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_after_a_newer_read_is_refused_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let config = config(Backend::Postgres(postgres.url()));
+    a_write_after_a_newer_read_is_refused(config, Stale::ForcedOpen).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_loses_nothing_with_locks_on() {
     let redis = RedisServer::spawn();
-    for url in [None, Some(redis.url())] {
-        let run = demo::run(&config(url.clone()), true, 200, 16)
+    let postgres = PostgresServer::spawn();
+    for backend in [
+        Backend::Memory,
+        Backend::Redis(redis.url()),
+        Backend::Postgres(postgres.url()),
+    ] {
+        let run = demo::run(&config(backend.clone()), true, 200, 16)
             .await
             .unwrap();
-        assert_eq!((run.failed, run.expected), (0, 200), "{url:?}: {run:?}");
-        assert_eq!(run.lost(), 0, "{url:?}: {run:?}");
+        assert_eq!((run.failed, run.expected), (0, 200), "{backend}: {run:?}");
+        assert_eq!(run.lost(), 0, "{backend}: {run:?}");
     }
 }
 
@@ -621,7 +750,7 @@ async fn admin_call(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_endpoints_are_off_without_a_token() {
-    let (http, _bank) = serve(config(None)).await;
+    let (http, _bank) = serve(config(Backend::Memory)).await;
     for method in [Method::GET, Method::DELETE] {
         let (status, body) =
             admin_call(&http, method.clone(), "balance:alice", Some("guess")).await;
@@ -631,10 +760,10 @@ async fn admin_endpoints_are_off_without_a_token() {
 
 /// `GET /admin/locks/{key}` with the token: a free lock, then a held one with its holder
 /// and the deposit that waits for it, as a write hold. Refused without the token.
-async fn an_admin_sees_who_holds_a_lock(redis_url: Option<String>) {
+async fn an_admin_sees_who_holds_a_lock(backend: Backend) {
     let (http, bank) = serve(Config {
         admin_token: Some("s3cret".into()),
-        ..config(redis_url)
+        ..config(backend)
     })
     .await;
     let key = lock_key(&AccountId::parse("alice").unwrap());
@@ -684,20 +813,20 @@ async fn an_admin_sees_who_holds_a_lock(redis_url: Option<String>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_admin_sees_who_holds_a_lock_in_memory() {
-    an_admin_sees_who_holds_a_lock(None).await;
+    an_admin_sees_who_holds_a_lock(Backend::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_admin_sees_who_holds_a_lock_on_redis() {
     let redis = RedisServer::spawn();
-    an_admin_sees_who_holds_a_lock(Some(redis.url())).await;
+    an_admin_sees_who_holds_a_lock(Backend::Redis(redis.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_admin_forces_a_stuck_lock_open_with_the_token() {
     let (http, bank) = serve(Config {
         admin_token: Some("s3cret".into()),
-        ..config(None)
+        ..config(Backend::Memory)
     })
     .await;
     let key = lock_key(&AccountId::parse("alice").unwrap());

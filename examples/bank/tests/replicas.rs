@@ -1,6 +1,8 @@
 //! Bank replicas as real processes (this package's binary) sharing one spawned
-//! redis-server: concurrent updates spread over both, one bound on the statements of both,
-//! a replica killed while it holds locks, and a graceful shutdown.
+//! redis-server or PostgreSQL server: concurrent updates spread over both, one bound on the
+//! statements of both, a replica killed while it holds locks, one paused past its lease
+//! (between its read and its write, or inside a transaction), replicas that start at once
+//! on a fresh database, and a graceful shutdown.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -17,11 +19,45 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lock_tests::{RedisServer, ValueExt, eventually, lock_exists, wait_until};
+use lock_core::Locker;
+use lock_tests::{PostgresServer, RedisServer, ValueExt, eventually, lock_exists, wait_until};
 use serde_json::Value;
+use tokio_postgres::NoTls;
 
 /// The bound of every wait in this file.
 const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The server that replicas share their locks and balances on.
+trait Shared {
+    /// The variable that points a replica at this server, and its value.
+    fn env(&self) -> (&'static str, String);
+
+    /// Whether a replica holds the lock of `account`'s balance.
+    async fn balance_locked(&self, account: &str) -> bool;
+}
+
+impl Shared for RedisServer {
+    fn env(&self) -> (&'static str, String) {
+        ("REDIS_URL", self.url())
+    }
+
+    async fn balance_locked(&self, account: &str) -> bool {
+        lock_exists(self, &format!("balance:{account}"))
+    }
+}
+
+impl Shared for PostgresServer {
+    fn env(&self) -> (&'static str, String) {
+        ("DATABASE_URL", self.url())
+    }
+
+    /// As `pg_locks` shows the lock's advisory key.
+    async fn balance_locked(&self, account: &str) -> bool {
+        let locker = Locker::postgres(&self.url()).await.unwrap();
+        let info = locker.inspect(&format!("balance:{account}")).await.unwrap();
+        info.is_some()
+    }
+}
 
 /// A bank process, killed (SIGKILL) on drop; its output is printed if the test fails.
 struct Replica {
@@ -32,11 +68,13 @@ struct Replica {
 }
 
 impl Replica {
-    /// Starts the binary against `redis` on a free port and waits for its
+    /// Starts the binary against `shared` on a free port and waits for its
     /// `listening on http://ADDR` line.
-    fn start(name: &'static str, redis: &RedisServer, env: &[(&str, &str)]) -> Replica {
+    fn start(name: &'static str, shared: &impl Shared, env: &[(&str, &str)]) -> Replica {
         let mut command = Command::new(env!("CARGO_BIN_EXE_bank"));
         for var in [
+            "REDIS_URL",
+            "DATABASE_URL",
             "BANK_LEASE_MS",
             "BANK_WAIT_MS",
             "BANK_DELAY_MS",
@@ -48,7 +86,7 @@ impl Replica {
         }
         let mut child = command
             .env("BANK_ADDR", "127.0.0.1:0")
-            .env("REDIS_URL", redis.url())
+            .envs([shared.env()])
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -75,6 +113,15 @@ impl Replica {
     fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// Sends the process `signal` (`TERM`, `STOP`, `CONT`).
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status();
+        assert!(sent.unwrap().success(), "{}: kill -{signal}", self.name);
     }
 }
 
@@ -242,16 +289,19 @@ fn statement_permits_held(redis: &RedisServer) -> i64 {
     holders.as_int().unwrap()
 }
 
-/// Whether a replica holds the lock of `account`'s balance.
-fn balance_locked(redis: &RedisServer, account: &str) -> bool {
-    lock_exists(redis, &format!("balance:{account}"))
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_keep_every_balance_exact() {
+    keep_every_balance_exact(&RedisServer::spawn()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn two_replicas_keep_every_balance_exact() {
-    let redis = RedisServer::spawn();
-    let a = Replica::start("a", &redis, &[]);
-    let b = Replica::start("b", &redis, &[]);
+async fn two_replicas_keep_every_balance_exact_on_postgres() {
+    keep_every_balance_exact(&PostgresServer::spawn()).await;
+}
+
+async fn keep_every_balance_exact(shared: &impl Shared) {
+    let a = Replica::start("a", shared, &[]);
+    let b = Replica::start("b", shared, &[]);
     let (replicas, http) = ([a.addr, b.addr], http());
 
     const ACCOUNTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
@@ -355,11 +405,21 @@ async fn two_replicas_share_one_bound_on_statements() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_replica_blocks_its_accounts_only_for_its_lease() {
-    let redis = RedisServer::spawn();
+    killed_replica_blocks_its_accounts_only_for_its_lease(&RedisServer::spawn()).await;
+}
+
+/// On PostgreSQL, the server ends the killed replica's sessions as their connections drop,
+/// so its locks come free at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_replica_blocks_its_accounts_only_for_its_lease_on_postgres() {
+    killed_replica_blocks_its_accounts_only_for_its_lease(&PostgresServer::spawn()).await;
+}
+
+async fn killed_replica_blocks_its_accounts_only_for_its_lease(shared: &impl Shared) {
     let lease = ("BANK_LEASE_MS", "1500");
     // Every update on `stuck` stops for a minute between reading and writing.
-    let mut stuck = Replica::start("stuck", &redis, &[lease, ("BANK_DELAY_MS", "60000")]);
-    let live = Replica::start("live", &redis, &[lease]);
+    let mut stuck = Replica::start("stuck", shared, &[lease, ("BANK_DELAY_MS", "60000")]);
+    let live = Replica::start("live", shared, &[lease]);
     let http = http();
     let seeds = ["x", "y", "z"].map(|id| Op::Deposit(id, 100)).to_vec();
     assert_eq!(run(&http, &[live.addr], seeds, 3).await.len(), 3);
@@ -369,7 +429,12 @@ async fn a_killed_replica_blocks_its_accounts_only_for_its_lease() {
         tokio::spawn(async move { op.send(&http, addr).await })
     });
     eventually(DEADLINE, "the stuck replica to hold x, y and z", || async {
-        ["x", "y", "z"].iter().all(|id| balance_locked(&redis, id))
+        for id in ["x", "y", "z"] {
+            if !shared.balance_locked(id).await {
+                return false;
+            }
+        }
+        true
     })
     .await;
 
@@ -408,9 +473,133 @@ async fn a_killed_replica_blocks_its_accounts_only_for_its_lease() {
         assert_eq!(balance(&http, live.addr, id).await, expected, "{id}");
     }
     eventually(DEADLINE, "every lock to be free", || async {
-        ["x", "y", "z"].iter().all(|id| !balance_locked(&redis, id))
+        for id in ["x", "y", "z"] {
+            if shared.balance_locked(id).await {
+                return false;
+            }
+        }
+        true
     })
     .await;
+}
+
+/// A replica paused (SIGSTOP) between reading a balance and writing it back, past the
+/// lease of the session that holds its lock: the server ends that session, another replica
+/// updates the account, and once resumed, the paused one's update is refused, with an
+/// error for its client, never a success that loses a deposit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_replica_cannot_write_once_its_lease_ran_out_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let lease = ("BANK_LEASE_MS", "1000");
+    let paused = Replica::start("paused", &postgres, &[lease, ("BANK_DELAY_MS", "2000")]);
+    let live = Replica::start("live", &postgres, &[lease]);
+    let http = http();
+    let request = {
+        let (http, addr) = (http.clone(), paused.addr);
+        tokio::spawn(async move { Op::Deposit("x", 5).send(&http, addr).await })
+    };
+    eventually(DEADLINE, "the deposit to hold its lock", || async {
+        postgres.balance_locked("x").await
+    })
+    .await;
+    paused.signal("STOP");
+    eventually(DEADLINE, "the server to end the paused session", || async {
+        !postgres.balance_locked("x").await
+    })
+    .await;
+    let (status, body) = Op::Deposit("x", 1).send(&http, live.addr).await.unwrap();
+    assert_eq!(
+        (status, body["balance"].as_i64()),
+        (StatusCode::OK, Some(1))
+    );
+
+    paused.signal("CONT");
+    let (status, body) = request.await.unwrap().unwrap();
+    assert!(
+        status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE,
+        "the paused deposit: {status} {body}"
+    );
+    assert!(
+        body["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{body}"
+    );
+    assert_eq!(balance(&http, live.addr, "x").await, 1);
+    assert_eq!(balance(&http, paused.addr, "x").await, 1);
+}
+
+/// A replica paused (SIGSTOP) inside the transaction of its fenced read, with the row of
+/// the account locked: the server ends that transaction once it has sat idle for the
+/// lease, so another replica still updates the account, and the paused one's deposit
+/// fails with an error for its client once it is resumed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_paused_inside_a_transaction_keeps_no_row_locked_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let lease = ("BANK_LEASE_MS", "1000");
+    let paused = Replica::start("paused", &postgres, &[lease]);
+    let live = Replica::start("live", &postgres, &[lease]);
+    let http = http();
+    let (status, body) = Op::Deposit("x", 10).send(&http, live.addr).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // The test holds the row of x, so that the paused replica's read waits for it inside
+    // its transaction, which, paused, it cannot end.
+    let (mut client, connection) = tokio_postgres::connect(&postgres.url(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let holding = client.transaction().await.unwrap();
+    let row = "SELECT 1 FROM bank_accounts WHERE id = 'x' FOR UPDATE";
+    holding.execute(row, &[]).await.unwrap();
+    let request = {
+        let (http, addr) = (http.clone(), paused.addr);
+        tokio::spawn(async move { Op::Deposit("x", 5).send(&http, addr).await })
+    };
+    eventually(
+        DEADLINE,
+        "the paused replica's read to wait for the row",
+        || async {
+            let waiting = postgres.psql(
+                "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO bank_accounts%'",
+            );
+            waiting.unwrap() == "1"
+        },
+    )
+    .await;
+    paused.signal("STOP");
+    holding.commit().await.unwrap();
+
+    let (status, body) = Op::Deposit("x", 1).send(&http, live.addr).await.unwrap();
+    assert_eq!(
+        (status, body["balance"].as_i64()),
+        (StatusCode::OK, Some(11))
+    );
+    paused.signal("CONT");
+    let (status, body) = request.await.unwrap().unwrap();
+    assert!(
+        status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE,
+        "the paused deposit: {status} {body}"
+    );
+    assert_eq!(balance(&http, live.addr, "x").await, 11);
+}
+
+/// Two replicas started at the same moment on a fresh database: both create the tables
+/// they need (the balances' and the locks' fences), neither fails for the other's doing
+/// so, and they share the balances.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_start_at_once_on_a_fresh_database() {
+    let postgres = PostgresServer::spawn();
+    let (a, b) = thread::scope(|s| {
+        let a = s.spawn(|| Replica::start("a", &postgres, &[]));
+        let b = s.spawn(|| Replica::start("b", &postgres, &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let http = http();
+    let (status, body) = Op::Deposit("x", 7).send(&http, a.addr).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(balance(&http, b.addr, "x").await, 7);
+    let stored = postgres.psql("SELECT balance FROM bank_accounts WHERE id = 'x'");
+    assert_eq!(stored.unwrap(), "7");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -423,13 +612,11 @@ async fn sigterm_finishes_the_request_in_flight_and_releases_its_lock() {
         tokio::spawn(async move { Op::Deposit("x", 5).send(&http, addr).await })
     };
     eventually(DEADLINE, "the deposit to hold its lock", || async {
-        balance_locked(&redis, "x")
+        redis.balance_locked("x").await
     })
     .await;
 
-    let pid = replica.child.id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(status.success());
+    replica.signal("TERM");
     let (status, body) = request.await.unwrap().unwrap();
     assert_eq!(
         (status, body["balance"].as_i64()),
@@ -442,5 +629,5 @@ async fn sigterm_finishes_the_request_in_flight_and_releases_its_lock() {
     let stored = redis.cmd(&["HGET", "bank:account:x", "balance"]).unwrap();
     assert_eq!(stored.as_str(), Some("5"));
     // released at shutdown, not left to its 30 s lease
-    assert!(!balance_locked(&redis, "x"));
+    assert!(!redis.balance_locked("x").await);
 }

@@ -1,12 +1,13 @@
 //! The instruments: the Redis round trip, the commands Redis ran (`INFO commandstats`),
-//! the ZooKeeper round trips and what ZooKeeper did (`mntr`), latency samples and their
-//! quantiles, this process's CPU time and resident memory.
+//! the ZooKeeper round trips and what ZooKeeper did (`mntr`), the PostgreSQL round trip
+//! and the statements PostgreSQL was sent (its log), latency samples and their quantiles,
+//! this process's CPU time and resident memory.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lock_core::redis::{self, aio::MultiplexedConnection};
-use lock_tests::ZooKeeperServer;
+use lock_tests::{PostgresServer, ZooKeeperServer};
 use zookeeper_client as zk;
 
 use crate::report::Row;
@@ -167,6 +168,93 @@ impl ZooKeeperWork {
         let [writes, fsyncs, fsync_ms] = figures.map(|(_, v)| v);
         let note =
             format!("ZooKeeper per op: {writes:.2} writes, {fsyncs:.2} fsyncs ({fsync_ms:.1} ms)");
+        row.note = [note, std::mem::take(&mut row.note)]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+}
+
+/// The median of `samples` runs of a prepared `SELECT 1` (one round trip each: bind,
+/// execute, sync), one after the other on a connection of its own, µs, after a tenth as
+/// many unmeasured ones.
+pub(crate) async fn postgres_round_trip(url: &str, samples: usize) -> f64 {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to postgres");
+    let connection = tokio::spawn(connection);
+    let select = client.prepare("SELECT 1").await.expect("prepare SELECT 1");
+    let rtt = median(samples, || async {
+        client.query_one(&select, &[]).await.expect("SELECT 1");
+    })
+    .await;
+    drop(client);
+    let _ = connection.await;
+    rtt
+}
+
+/// What a PostgreSQL server was sent while some work ran, read from its log with every
+/// statement logged (`log_min_duration_statement = 0`, set for that work only): each
+/// message of the extended protocol is a line of its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PostgresStatements {
+    /// Statements prepared (`parse`): tokio-postgres waits for each one's reply, one round
+    /// trip, before it uses it.
+    parses: f64,
+    /// Prepared statements run (`execute`, after their `bind`): a round trip each, unless
+    /// pipelined.
+    executes: f64,
+    /// Simple queries (`statement:`): a round trip each, unless pipelined.
+    simple: f64,
+}
+
+impl PostgresStatements {
+    /// Runs `work` with every statement logged, and counts what it sent.
+    pub(crate) async fn count<F: Future<Output = ()>>(server: &PostgresServer, work: F) -> Self {
+        let log_statements = |setting: &str| {
+            // Two calls: ALTER SYSTEM refuses to run in the transaction of a string of
+            // statements.
+            for sql in [
+                &format!("ALTER SYSTEM {setting}"),
+                "SELECT pg_reload_conf()",
+            ] {
+                server.psql(sql).expect("set log_min_duration_statement");
+            }
+            // The backends read the new setting before their next statement.
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        log_statements("SET log_min_duration_statement = 0");
+        let before = server.log().len();
+        work.await;
+        let log = server.log();
+        log_statements("RESET log_min_duration_statement");
+        let logged: Vec<&str> = log[before..]
+            .lines()
+            .filter_map(|line| line.split_once("LOG:  duration: ")?.1.split_once(" ms  "))
+            .map(|(_, what)| what)
+            .collect();
+        let count = |prefix: &str| logged.iter().filter(|w| w.starts_with(prefix)).count() as f64;
+        Self {
+            parses: count("parse "),
+            executes: count("execute "),
+            simple: count("statement: "),
+        }
+    }
+
+    /// Puts these statements, per operation of `ops`, in `row`: in `extra` and the note.
+    pub(crate) fn describe(&self, row: &mut Row, ops: usize) {
+        let per_op = |n: f64| n / ops.max(1) as f64;
+        let figures = [
+            ("pg_parses_per_op", per_op(self.parses)),
+            ("pg_executes_per_op", per_op(self.executes)),
+            ("pg_simple_queries_per_op", per_op(self.simple)),
+        ];
+        row.extra.extend(figures);
+        let [parses, executes, simple] = figures.map(|(_, v)| v);
+        let note = format!(
+            "PostgreSQL per op: {parses:.2} parses, {executes:.2} executes, {simple:.2} simple queries"
+        );
         row.note = [note, std::mem::take(&mut row.note)]
             .into_iter()
             .filter(|n| !n.is_empty())

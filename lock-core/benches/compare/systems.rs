@@ -11,6 +11,12 @@
 //! - `zookeeper-client`: that crate's own lock (`Client::lock`, in Curator's layout), the
 //!   client lock-core's ZooKeeper store is built on, with the lock node's `czxid` read
 //!   as its fencing token.
+//! - `tokio-postgres`: the floor for lock-core's PostgreSQL store. One tokio-postgres
+//!   connection and two statements prepared on it: the store's own take, in one
+//!   statement (`pg_try_advisory_lock` and, when it took the lock, the fence upsert
+//!   `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`), and `pg_advisory_unlock`. It polls
+//!   with no sleep; its waiting form, one connection per task, waits inside the server
+//!   instead (`pg_advisory_lock` in place of `pg_try_advisory_lock`), as the store does.
 //! - `none`: takes nothing and gives back nothing, for the baselines.
 //!
 //! raw and raw-fenced have no wake-up: a waiter tries again at once (`yield_now`, no sleep),
@@ -19,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
 use lock_core::redis::aio::MultiplexedConnection;
 use lock_core::redis::{self, Script};
 use lock_core::{LockGuard, LockOptions, Locker};
@@ -53,6 +60,10 @@ pub(crate) enum System {
     Raw(Raw),
     Rslock(rslock::LockManager),
     ZooKeeperClient(ZooKeeperLock),
+    PostgresFloor(PostgresFloor),
+    /// The floor waiting inside the server: a session never blocks itself, so each task
+    /// needs a connection of its own.
+    PostgresFloorWaiting(PostgresFloor),
     None,
 }
 
@@ -67,6 +78,8 @@ pub(crate) enum Held {
     Rslock(rslock::Lock),
     /// The path of a zookeeper-client lock's node.
     ZooKeeperClient(String),
+    /// The advisory key a `tokio-postgres` floor holds.
+    PostgresFloor(i64),
     None,
 }
 
@@ -106,6 +119,7 @@ impl System {
             Self::Raw(_) => "raw",
             Self::Rslock(_) => "rslock",
             Self::ZooKeeperClient(_) => "zookeeper-client",
+            Self::PostgresFloor(_) | Self::PostgresFloorWaiting(_) => "tokio-postgres",
             Self::None => "none",
         }
     }
@@ -124,7 +138,10 @@ impl System {
             ],
             Self::RawFenced(_) => &["set", "incr", "get", "del"],
             Self::Raw(_) | Self::Rslock(_) => &["get", "del"],
-            Self::ZooKeeperClient(_) | Self::None => &[],
+            Self::ZooKeeperClient(_)
+            | Self::PostgresFloor(_)
+            | Self::PostgresFloorWaiting(_)
+            | Self::None => &[],
         }
     }
 
@@ -167,6 +184,18 @@ impl System {
                     .expect("rslock acquire"),
             ),
             Self::ZooKeeperClient(lock) => Held::ZooKeeperClient(lock.acquire(name).await),
+            Self::PostgresFloor(floor) => {
+                let key = PostgresFloor::key(name);
+                while !floor.try_acquire(name, key).await {
+                    tokio::task::yield_now().await;
+                }
+                Held::PostgresFloor(key)
+            }
+            Self::PostgresFloorWaiting(floor) => {
+                let key = PostgresFloor::key(name);
+                floor.acquire_waiting(name, key).await;
+                Held::PostgresFloor(key)
+            }
             Self::None => Held::None,
         }
     }
@@ -182,6 +211,10 @@ impl System {
             }
             (Self::Rslock(_), Held::Rslock(lock)) => lock.release().await,
             (Self::ZooKeeperClient(lock), Held::ZooKeeperClient(path)) => lock.release(&path).await,
+            (
+                Self::PostgresFloor(floor) | Self::PostgresFloorWaiting(floor),
+                Held::PostgresFloor(key),
+            ) => floor.release(key).await,
             (Self::None, Held::None) => {}
             (system, held) => unreachable!("{held:?} given back to {}", system.name()),
         }
@@ -310,6 +343,99 @@ impl ZooKeeperLock {
             .delete(path, None)
             .await
             .expect("zookeeper-client: delete the lock node");
+    }
+}
+
+/// The `tokio-postgres` floor: one connection, its statements prepared on it once.
+#[derive(Debug, Clone)]
+pub(crate) struct PostgresFloor {
+    client: Arc<tokio_postgres::Client>,
+    take: tokio_postgres::Statement,
+    wait: tokio_postgres::Statement,
+    unlock: tokio_postgres::Statement,
+}
+
+impl PostgresFloor {
+    /// The floor's fence table, apart from the store's.
+    const TABLE: &str = "floor_fences";
+
+    pub(crate) async fn connect(url: &str) -> Self {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect tokio-postgres");
+        tokio::spawn(connection);
+        let table = Self::TABLE;
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} (name text PRIMARY KEY, fence bigint NOT NULL)"
+            ))
+            .await
+            .expect("create the floor's fence table");
+        let take_sql = |taken: &str| {
+            format!(
+                "INSERT INTO {table} (name, fence) SELECT $1, 1 WHERE {taken} \
+                 ON CONFLICT (name) DO UPDATE SET fence = {table}.fence + 1 RETURNING fence"
+            )
+        };
+        let take = client
+            .prepare(&take_sql("pg_try_advisory_lock($2)"))
+            .await
+            .expect("prepare the floor's take");
+        let wait = client
+            .prepare(&take_sql("pg_advisory_lock($2) IS NOT NULL"))
+            .await
+            .expect("prepare the floor's wait");
+        let unlock = client
+            .prepare("SELECT pg_advisory_unlock($1)")
+            .await
+            .expect("prepare the floor's unlock");
+        Self {
+            client: Arc::new(client),
+            take,
+            wait,
+            unlock,
+        }
+    }
+
+    /// The lock `name`'s advisory key, as the store maps a long name: one bigint.
+    fn key(name: &str) -> i64 {
+        match KeyMapping::DistributedLock.key(name) {
+            AdvisoryKey::Bigint(key) => key,
+            AdvisoryKey::Pair(..) => panic!("the floor locks names of 10 characters or more"),
+        }
+    }
+
+    /// Takes the lock and draws its fencing token in one statement: whether it took it.
+    async fn try_acquire(&self, name: &str, key: i64) -> bool {
+        let rows = self
+            .client
+            .query(&self.take, &[&name, &key])
+            .await
+            .expect("the floor's take");
+        let fence: Option<i64> = rows.first().map(|row| row.get(0));
+        std::hint::black_box(fence).is_some()
+    }
+
+    /// Waits inside the server for the lock and draws its fencing token, in one statement.
+    async fn acquire_waiting(&self, name: &str, key: i64) {
+        let row = self
+            .client
+            .query_one(&self.wait, &[&name, &key])
+            .await
+            .expect("the floor's wait");
+        std::hint::black_box(row.get::<_, i64>(0));
+    }
+
+    async fn release(&self, key: i64) {
+        let row = self
+            .client
+            .query_one(&self.unlock, &[&key])
+            .await
+            .expect("the floor's unlock");
+        assert!(
+            row.get::<_, bool>(0),
+            "the floor released a lock it did not hold"
+        );
     }
 }
 

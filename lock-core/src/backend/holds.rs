@@ -18,7 +18,7 @@ pub(crate) struct Held<S, K> {
     pub(crate) key: K,
     pub(crate) kind: LockKind,
     /// Given up as soon as the session ends, so that the store's other holders of the
-    /// name need not wait for this hold's owner to let go of it.
+    /// name need not wait for this hold's owner to let go of it. A permit has none.
     _pass: Arc<Mutex<Option<Pass>>>,
     released: CancellationToken,
 }
@@ -42,11 +42,11 @@ impl<S: Session, K> Holds<S, K> {
         session: Arc<S>,
         key: K,
         kind: LockKind,
-        pass: Pass,
+        pass: Option<Pass>,
     ) -> impl Future<Output = ()> + Send + 'static {
         let released = CancellationToken::new();
         let ended = session.state().ended();
-        let pass = Arc::new(Mutex::new(Some(pass)));
+        let pass = Arc::new(Mutex::new(pass));
         let lost = {
             let released = released.clone();
             let pass = pass.clone();

@@ -207,7 +207,7 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     };
     let lost = locks
         .holds
-        .insert(&request.token, session, key, request.kind, pass);
+        .insert(&request.token, session, key, request.kind, Some(pass));
     Ok(Outcome::Acquired(Acquired::session(fence, lost)))
 }
 

@@ -650,10 +650,12 @@ impl Locker {
     ///   its stored count. `waiting` counts the nodes queued behind the holders (every
     ///   client's, Curator's included), or the leases beyond a semaphore's count.
     /// - **PostgreSQL** (feature `postgres`; one read of `pg_locks`): each session holding
-    ///   the advisory key, shown by its backend's pid in 8 hex digits, once however many
-    ///   holds it stacks; no lease, no fencing token. Read for a shared hold, exclusive for
-    ///   any other (write and fair holds too, which the server keeps alike). `waiting`
-    ///   counts the sessions waiting for the key, foreign ones included.
+    ///   the advisory key (this crate never stacks two holds of a name on one session);
+    ///   no lease. The hold taken last through this crate shows its token prefix, fencing
+    ///   token and kind, as the fence table records them; any other session its backend's
+    ///   pid in 8 hex digits, read for a shared hold and exclusive for any other. `waiting`
+    ///   counts the sessions waiting for the key, foreign ones included. A semaphore: its
+    ///   stored count and each permit slot held, by its number.
     /// - **A store of your own** answers [`LockError::Config`] unless it implements
     ///   [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -266,6 +266,28 @@ impl Report {
             );
         }
 
+        let r = rate("lock-core/postgres")
+            .zip(rate("tokio-postgres"))
+            .map(|(ours, floor)| ours / floor);
+        goal(
+            "PostgreSQL: uncontended ≥ 0.90× hand-written tokio-postgres",
+            times(r),
+            Verdict::of(r.map(|r| r >= 0.9)),
+        );
+        let floor = "tokio-postgres/8-connections";
+        let (theirs, _) = self.p50_in_rtts(find("handoff", floor), workers);
+        for (system, lockers) in [
+            ("lock-core/postgres", "one Locker"),
+            ("lock-core/postgres/8-lockers", "8 Lockers"),
+        ] {
+            let (measured, p50) = self.p50_in_rtts(find("handoff", system), workers);
+            goal(
+                &format!("PostgreSQL handoff ({lockers}): p50 ≤ 3 RTT"),
+                format!("{measured} (no goal: {floor} {theirs})"),
+                Verdict::of(p50.map(|r| r <= 3.0)),
+            );
+        }
+
         let per_guard = find("memory", "lock-core").and_then(|m| m.extra("bytes_per_guard"));
         goal(
             "memory ≤ 1 KiB per held guard",

@@ -126,6 +126,9 @@ pub(crate) struct Report {
     pub(crate) rtt: BTreeMap<usize, f64>,
     /// ZooKeeper's round trips at the start of the zookeeper scenario, per worker count.
     pub(crate) zookeeper_rtt: BTreeMap<usize, ZooKeeperRoundTrips>,
+    /// PostgreSQL's round trip (a prepared `SELECT 1`) at the start of the postgres
+    /// scenario, µs, per worker count.
+    pub(crate) postgres_rtt: BTreeMap<usize, f64>,
     pub(crate) rows: Vec<Row>,
     pub(crate) curves: Vec<Curve>,
 }
@@ -175,6 +178,12 @@ impl Report {
                 out,
                 "ZooKeeper round trip (median), {workers} worker(s): {:.1} µs to read (exists), {:.1} µs to write (setData, fsynced)  ",
                 rtt.read, rtt.write
+            );
+        }
+        for (workers, rtt) in &self.postgres_rtt {
+            let _ = writeln!(
+                out,
+                "PostgreSQL round trip (prepared SELECT 1, median), {workers} worker(s): {rtt:.1} µs  "
             );
         }
         out.push_str(

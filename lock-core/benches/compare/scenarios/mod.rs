@@ -8,6 +8,7 @@ pub(crate) mod handoff;
 pub(crate) mod memory;
 pub(crate) mod mysql;
 pub(crate) mod parallel;
+pub(crate) mod postgres;
 pub(crate) mod read_heavy;
 pub(crate) mod scale_out;
 pub(crate) mod semaphore;
@@ -38,6 +39,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "scale-out",
     "zookeeper",
     "mysql",
+    "postgres",
     "memory",
 ];
 
@@ -208,6 +210,9 @@ pub(crate) async fn run(
     }
     if only.contains(&"mysql") {
         mysql::run(&mut run).await;
+    }
+    if only.contains(&"postgres") {
+        postgres::run(&mut run).await;
     }
 }
 

@@ -84,17 +84,19 @@ impl PostgresStoreBuilder {
     }
 
     /// How many connections the store opens at most ([`DEFAULT_MAX_CONNECTIONS`] unless
-    /// told otherwise). Holds share them; a connection waiting inside the server for a
-    /// lock holds nothing else. When every one is busy waiting, a further acquire waits
-    /// for one to come free, until its deadline.
+    /// told otherwise). Holds of different names share them, but two holds of one name
+    /// never share one (so that each is a row of `pg_locks`): the store holds at most
+    /// this many reads of one name at once. A connection waiting inside the server for
+    /// a lock holds nothing else. When no connection can take a lock, a further acquire
+    /// waits for one to come free, until its deadline.
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max;
         self
     }
 
-    /// The table that counts each lock's fencing tokens ([`DEFAULT_FENCE_TABLE`] unless
-    /// told otherwise), created on first use: a name, or `schema.name`, of ASCII letters,
-    /// digits and `_`.
+    /// The table that counts each lock's fencing tokens and stores each semaphore's count
+    /// ([`DEFAULT_FENCE_TABLE`] unless told otherwise), created on first use: a name, or
+    /// `schema.name`, of ASCII letters, digits and `_`.
     pub fn fence_table(mut self, table: impl Into<String>) -> Self {
         self.fence_table = table.into();
         self

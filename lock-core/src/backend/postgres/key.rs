@@ -151,6 +151,16 @@ mod tests {
     }
 
     #[test]
+    fn pals_takes_the_hashed_name_app_dot_name() {
+        // pals' `Locker("billing", url).lock("balance:42")`: SHA-1 of "billing.balance:42",
+        // `struct.unpack('q', digest[:8])`, as computed by Python.
+        assert_eq!(
+            DL.key("billing.balance:42"),
+            AdvisoryKey::Bigint(-2037275480491451538)
+        );
+    }
+
+    #[test]
     fn short_ascii_names_are_packed_into_a_pair() {
         // "A": 0x41, a 0 bit, then eight 7-bit groups of 1s.
         let a = (0x41_i64 << 57) | ((1_i64 << 56) - 1);

@@ -27,6 +27,12 @@
 //! lock, hand-written SQL), lock the name that [`AdvisoryKey`] displays (16 hex digits, or
 //! `XXXXXXXX,XXXXXXXX`).
 //!
+//! A Python service using pals shares a lock too: pals' `Locker("billing",
+//! url).lock("balance:42")` takes the bigint of SHA-1 of `billing.balance:42`, which is
+//! this store's lock `billing.balance:42`. pals hashes every name, so a full name
+//! (`app.name`) of at most 9 ASCII characters, or of 16 hex digits, is a different lock
+//! on each side, unless the store hashes every name too ([`KeyMapping::Hashed`]).
+//!
 //! The advisory key is all PostgreSQL knows of a lock, and it has no namespace (the
 //! `Locker`'s namespace is a Redis setting). Two applications sharing one database keep
 //! their locks apart by naming them apart (a prefix of their own, such as `billing:`,
@@ -39,7 +45,7 @@
 //! |---|---|
 //! | exclusive, fair, write | `pg_advisory_lock` |
 //! | read | `pg_advisory_lock_shared`, on the same key |
-//! | semaphore | unsupported: PostgreSQL has no counted advisory lock, and a faithful one is not written yet |
+//! | semaphore | `pg_try_advisory_lock` of one of the name's permit slots (below) |
 //!
 //! A wait happens inside the server: `pg_advisory_lock` under `SET lock_timeout`, on a
 //! session that holds nothing else, so the server's first-come-first-served queue orders
@@ -47,7 +53,49 @@
 //! wakes the next at once. Exclusive and fair locks are therefore the same. Within one
 //! store, one session at most waits on a name, and holders of one name are kept apart
 //! locally (a session never blocks itself); a lock that is free is taken in one attempt
-//! (`pg_try_advisory_lock`) on any session that is not waiting, so holds share sessions.
+//! (`pg_try_advisory_lock`) on any session that is not waiting and holds nothing of that
+//! name, so holds of different names share sessions, and each hold of a name is a
+//! `pg_locks` row of its own.
+//!
+//! ## Semaphores
+//!
+//! Permit `i` (from 0) of the semaphore `K` is the advisory lock of the bigint whose
+//! upper 32 bits are those of [`KeyMapping::Hashed`]'s key for the name `K#permits` and
+//! whose lower 32 bits are `i` (`pg_locks` shows it with `classid` the upper half,
+//! `objid` `i`, `objsubid` 1). The count is stored in the `permits` column of the fence
+//! table's row of `K` on first use; a handle with another count is refused
+//! ([`LockError::Config`]) until the count is changed. An attempt is one statement: it
+//! locks that row (`FOR UPDATE`: attempts on one semaphore take turns), counts the slots
+//! held in `pg_locks` (every slot, so holders above a lowered count stay counted), takes
+//! the first free slot if fewer than the count are held, and draws the fencing token
+//! from the same row. A permit lives on its session, as every hold does: a holder that
+//! dies frees it.
+//!
+//! A permit's waiter tries again when a permit is announced given back (this crate's
+//! releases send `NOTIFY lock_permits`, and every session of the store `LISTEN`s), and
+//! every 250 ms besides: a session that ends frees its slots without a word (as does a
+//! release of the name's own key, which may have kept permits out), and no statement can
+//! wait inside the server for whichever of several slots comes free first (waiting on
+//! each would take a connection a permit). So a permit freed by a dead holder, or by a
+//! foreign client, is found within 250 ms.
+//!
+//! One name's kinds exclude each other, while readers share with readers and permits
+//! with permits: two lock modes cannot say that (a reader stays
+//! `pg_advisory_lock_shared` on the name's key, as DistributedLock's is). So each side
+//! takes its own lock first and then, in the same statement, looks for the other's in
+//! `pg_locks`, giving its own back if it finds one. A permit attempt, having taken its
+//! slot, looks for any hold of the name's key; a take of the name's key, once granted,
+//! looks for a held slot, but only if the name's row says it has been a semaphore (names
+//! never used as one pay nothing). Were both let in, each one's look would have come
+//! before the other's take, though each took before it looked: impossible, since a
+//! granted advisory lock is in `pg_locks` for every session at once (the view reads the
+//! server's shared lock table). A waiter inside the server that is granted the name's
+//! key while a permit is held gives it back and waits again as a permit's waiter does.
+//!
+//! A foreign client sees the permits as advisory locks on the slot keys. It may take a
+//! free slot below the count with `pg_try_advisory_lock`, which this store counts; but a
+//! foreign reader or writer of `K` does not look for permits, so only this store's
+//! permits give way to it, not the other way round.
 //!
 //! # Fencing tokens
 //!
@@ -55,7 +103,8 @@
 //! ([`PostgresStoreBuilder::fence_table`], created on first use): `INSERT ..
 //! ON CONFLICT (name) DO UPDATE SET fence = fence + 1 RETURNING fence`, one row a name,
 //! durable across server restarts. Only this crate's holders draw one: a foreign holder
-//! of the same key does not.
+//! of the same key does not. The row also records the owner token of the hold taken
+//! last and its session's pid (`holder`, `held_by`), for `inspect`.
 //!
 //! # Sessions
 //!
@@ -70,25 +119,30 @@
 //! with every other hold on them.
 
 mod builder;
+mod holds;
 mod key;
 mod operator;
+mod semaphore;
 mod session;
 mod take;
 
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 pub use builder::{
     DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, PostgresStoreBuilder,
 };
+use holds::Holds;
 pub use key::{AdvisoryKey, KeyMapping};
-use session::{Connect, Session};
+use session::{Connect, Lent, Sessions};
+use take::Taken;
 
-use crate::backend::session_locks::{self, Server, SessionLocks};
-use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::gates::Gates;
+use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks as PostgreSQL advisory locks: see the [module docs](crate::backend::postgres)
@@ -100,9 +154,11 @@ pub struct PostgresStore(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
-    locks: SessionLocks<PostgresStore>,
+    sessions: Sessions,
     fence_table: String,
     mapping: KeyMapping,
+    gates: Gates,
+    holds: Holds,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -126,7 +182,7 @@ impl PostgresStore {
     /// them reports [`lost`](crate::LockGuard::lost). The next acquisition opens a new
     /// session.
     pub fn end_session(&self) {
-        self.0.locks.sessions.end_all();
+        self.0.sessions.end_all();
     }
 
     /// Opens the first session and creates the fence table if it is missing.
@@ -137,86 +193,162 @@ impl PostgresStore {
         mapping: KeyMapping,
     ) -> Result<Self, LockError> {
         let store = Self(Arc::new(Inner {
-            locks: SessionLocks::new(connect, max_connections),
+            sessions: Sessions::new(connect, max_connections),
             fence_table,
             mapping,
+            gates: Gates::default(),
+            holds: Holds::default(),
         }));
         store.create_fence_table().await?;
         Ok(store)
     }
 
+    /// Creates the fence table if it is missing, then adds the columns an earlier version
+    /// made it without (`permits`, `holder`, `held_by`), only if one is missing:
+    /// `ALTER TABLE` would wait for every statement under way on the table, and hold up
+    /// every later one meanwhile.
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.locks.sessions.for_attempt().await? else {
+        let Some(serving) = self.0.sessions.for_attempt().await? else {
             return Ok(());
         };
-        let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, fence bigint NOT NULL)",
-            self.0.fence_table
+        let table = &self.0.fence_table;
+        let client = &serving.session.client;
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (name text PRIMARY KEY, fence bigint NOT NULL, \
+             permits bigint, holder text, held_by int)"
         );
-        match session.client.batch_execute(&sql).await {
-            Ok(()) => Ok(()),
-            // Another store created it at the same moment.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                Ok(())
-            }
-            Err(e) => Err(LockError::backend(
-                format!(
-                    "postgres: cannot create the fence table {}",
-                    self.0.fence_table
-                ),
+        let complete = format!(
+            "DO $$ BEGIN \
+             IF (SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
+               AND attname IN ('permits', 'holder', 'held_by') AND NOT attisdropped) < 3 THEN \
+             ALTER TABLE {table} ADD COLUMN IF NOT EXISTS permits bigint, \
+               ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS held_by int; \
+             END IF; END $$"
+        );
+        let created = match client.batch_execute(&create).await {
+            Err(e) if !created_meanwhile(&e) => Err(e),
+            _ => client.batch_execute(&complete).await,
+        };
+        created.map_err(|e| {
+            LockError::backend(
+                format!("postgres: cannot create the fence table {table}"),
                 e,
-            )),
+            )
+        })
+    }
+
+    /// Takes the lock on the server, in a task of its own, so that an acquire dropped
+    /// at any point leaves no lock behind: what the task takes after that is given back.
+    async fn acquire_lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
+        let name = request.key.as_str();
+        let pass = match request.kind {
+            // A permit needs no gate: its statement takes a slot that nobody holds.
+            LockKind::Semaphore { .. } => None,
+            kind => match timeout_at(request.deadline, self.0.gates.enter(name, kind)).await {
+                Ok(pass) => Some(pass),
+                Err(_) => return Ok(Outcome::Held { holder_ttl: None }),
+            },
+        };
+        let abandoned = CancellationToken::new();
+        let _abandon_when_dropped = abandoned.clone().drop_guard();
+        let (sender, taken) = oneshot::channel();
+        let store = self.clone();
+        let request_owned = request.clone();
+        self.0.sessions.background.spawn(async move {
+            let taken = match request_owned.kind {
+                LockKind::Semaphore { permits } => {
+                    store.take_permit(&request_owned, permits, abandoned).await
+                }
+                _ => store.take(&request_owned, abandoned).await,
+            };
+            let _ = sender.send(taken);
+        });
+        let taken = taken
+            .await
+            .map_err(|e| take::failed_task(name, e))??
+            .and_then(Taken::claim);
+        let Some((session, key, fence)) = taken else {
+            drop(pass);
+            self.0.gates.tidy();
+            return Ok(Outcome::Held { holder_ttl: None });
+        };
+        let lost = self
+            .0
+            .holds
+            .insert(&request.token, session, key, request.kind, pass);
+        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+    }
+
+    /// One attempt on a shared session; then, unless the deadline has passed, a wait
+    /// inside the server on a session of its own, this store's only one on the name.
+    /// While no session can be lent to wait on, another attempt each time a hold is
+    /// given back.
+    async fn take(
+        &self,
+        request: &Acquire,
+        abandoned: CancellationToken,
+    ) -> Result<Option<Taken>, LockError> {
+        let name = request.key.as_str();
+        let key = self.0.mapping.key(name);
+        let table = &self.0.fence_table;
+        loop {
+            if let Some(serving) = self.0.sessions.for_taking(key).await?
+                && let Some(taken) = take::once(&serving.session, table, request, key).await?
+            {
+                return Ok(Some(taken));
+            }
+            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
+                return Ok(None);
+            }
+            let Ok(_turn) = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await else {
+                return Ok(None);
+            };
+            let waiting = match self.0.sessions.for_wait(request.deadline).await? {
+                Lent::Session(waiting) => waiting,
+                Lent::Freed => continue,
+                Lent::Nothing => return Ok(None),
+            };
+            let session = waiting.session.clone();
+            return take::wait(session, table, request, key, abandoned).await;
+        }
+    }
+
+    async fn release_hold(&self, token: &str) -> Result<bool, LockError> {
+        let Some(held) = self.0.holds.release(token) else {
+            return Ok(false);
+        };
+        let session = held.session.clone();
+        let freed = if session.has_ended() {
+            Ok(false)
+        } else {
+            take::unlock(&session.client, held.key, held.kind).await
+        };
+        session.hold_given_back(held.key);
+        drop(held);
+        self.0.gates.tidy();
+        match freed {
+            Ok(freed) => Ok(freed),
+            Err(_) if session.has_ended() => Ok(false),
+            Err(e) => {
+                // Whether it was freed is unknown: ending the session frees it.
+                session.end();
+                Err(LockError::backend("postgres: cannot release a lock", e))
+            }
         }
     }
 }
 
-impl Server for PostgresStore {
-    type Connector = Connect;
-    type Key = AdvisoryKey;
-
-    const NAME: &'static str = "postgres";
-
-    fn locks(&self) -> &SessionLocks<Self> {
-        &self.0.locks
-    }
-
-    fn key(&self, name: &str) -> Result<AdvisoryKey, LockError> {
-        Ok(self.0.mapping.key(name))
-    }
-
-    async fn once(
-        &self,
-        session: &Session,
-        name: &str,
-        key: &AdvisoryKey,
-        kind: LockKind,
-    ) -> Result<Option<u64>, LockError> {
-        take::once(session, &self.0.fence_table, name, *key, kind).await
-    }
-
-    async fn wait(
-        &self,
-        session: &Session,
-        name: &str,
-        key: &AdvisoryKey,
-        kind: LockKind,
-        deadline: Instant,
-        abandoned: CancellationToken,
-    ) -> Result<Option<u64>, LockError> {
-        let table = &self.0.fence_table;
-        take::wait(session, table, name, *key, kind, deadline, abandoned).await
-    }
-
-    async fn unlock(
-        &self,
-        session: &Session,
-        key: &AdvisoryKey,
-        kind: LockKind,
-    ) -> Result<bool, LockError> {
-        take::unlock(&session.client, *key, kind)
-            .await
-            .map_err(|e| LockError::backend("postgres: cannot release a lock", e))
-    }
+/// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at
+/// the same moment: the server says so on the table's row type (`duplicate_object`), its
+/// name (`duplicate_table`) or a catalog's unique index (`unique_violation`), as the two met.
+fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    let exists = [
+        SqlState::DUPLICATE_OBJECT,
+        SqlState::DUPLICATE_TABLE,
+        SqlState::UNIQUE_VIOLATION,
+    ];
+    e.code().is_some_and(|code| exists.contains(code))
 }
 
 impl Store for PostgresStore {
@@ -224,17 +356,26 @@ impl Store for PostgresStore {
         "postgres"
     }
 
-    /// Exclusive, fair, read and write; not semaphores (see the module docs).
-    fn supports(&self, kind: LockKind) -> bool {
-        !matches!(kind, LockKind::Semaphore { .. })
+    /// Every kind (see the module docs).
+    fn supports(&self, _kind: LockKind) -> bool {
+        true
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
-        Box::pin(session_locks::acquire(self, request))
+        Box::pin(self.acquire_lock(request))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(session_locks::release(self, hold.token))
+        Box::pin(self.release_hold(hold.token))
+    }
+
+    /// The stored count (or `permits`) less the permits held, by anyone.
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(self.available_permits(key, permits))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.store_permits(key, permits))
     }
 
     /// Nothing to renew: every hold is a session's.
@@ -244,24 +385,31 @@ impl Store for PostgresStore {
 
     /// Whether the hold's session lives.
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(std::future::ready(Ok(self.0.locks.is_held(hold.token))))
+        Box::pin(std::future::ready(Ok(self.0.holds.is_live(hold.token))))
     }
 
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
         Box::pin(self.force_unlock_lock(key))
     }
 
-    /// As `pg_locks` shows the lock: each holding session by its backend's pid (in 8 hex
-    /// digits, in place of a token), as one holder however many holds it stacks; a
-    /// shared hold as a read, any other as exclusive (the server keeps exclusive, fair
-    /// and write holds alike); and the sessions waiting, foreign ones included (this
-    /// store's other tasks wait behind its one waiting session, uncounted). No lease
-    /// left, no fencing token.
+    /// As `pg_locks` shows the lock: each holding session is one holder (this crate never
+    /// stacks two holds of a name on one session). The one that took it last through
+    /// this crate shows its owner token, its fencing token and its kind, as the fence
+    /// table records them; any other by its backend's pid (in 8 hex digits, in place of
+    /// a token), a shared hold as a read and any other as exclusive. Then the sessions
+    /// waiting, foreign ones included (this store's other tasks wait behind its one
+    /// waiting session, uncounted). A semaphore shows its stored count and one holder
+    /// per permit slot held, by the slot's number. No lease left.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(self.0.locks.flush())
+        let background = &self.0.sessions.background;
+        Box::pin(async move {
+            background.close();
+            background.wait().await;
+            background.reopen();
+        })
     }
 }

@@ -2,27 +2,42 @@
 //! them, and forcing a lock open by ending the sessions that hold it.
 
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
+use super::semaphore::{Slots, permits_held};
 use super::take::failed;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
-/// The rows of `pg_locks` for one advisory key in this database.
-const THE_KEYS_LOCKS: &str = "locktype = 'advisory' \
-    AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-    AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3";
+/// The condition on the rows of `pg_locks` for one advisory key in this database, given
+/// as it shows it (see `AdvisoryKey::pg_locks`) in the parameters numbered from `first`.
+pub(super) fn key_locks(first: usize) -> String {
+    format!(
+        "locktype = 'advisory' \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid::int8 = ${first} AND objid::int8 = ${} AND objsubid = ${}",
+        first + 1,
+        first + 2
+    )
+}
 
 impl PostgresStore {
     /// Ends (`pg_terminate_backend`) every session of this database that holds the
-    /// advisory lock of `key`, on a connection of its own: whether any did.
+    /// advisory lock of `key` or a permit of the semaphore `key`, on a connection of its
+    /// own: whether any did.
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
-        let client = self.0.locks.sessions.connector.once().await?;
+        let slots = Slots::of(key.as_str()).classid();
+        let client = self.0.sessions.connect_once().await?;
+        let permits = permits_held("$4");
+        let names_lock = key_locks(1);
         let sql = format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE granted AND {THE_KEYS_LOCKS}"
+            "SELECT count(pg_terminate_backend(pid)) FROM (\
+             SELECT pid FROM pg_locks WHERE granted AND {names_lock} \
+             UNION SELECT pid FROM ({permits}) AS permits) AS holders"
         );
         let row = client
-            .query_one(&sql, &[&classid, &objid, &objsubid])
+            .query_one(&sql, &[&classid, &objid, &objsubid, &slots])
             .await
             .map_err(|e| failed(key.as_str(), "end its holders' sessions", e))?;
         let ended: i64 = row
@@ -31,34 +46,64 @@ impl PostgresStore {
         Ok(ended > 0)
     }
 
-    /// The holders of the advisory lock of `key` (each shown by its backend's pid, in 8
-    /// hex digits), whether they share it, and how many sessions wait for it.
+    /// The holders of the advisory lock of `key`, whether they share it, and how many
+    /// sessions wait for it (see [`lock_info`]); or else the holders of the semaphore
+    /// `key`'s permits.
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
-        let sql = format!("SELECT pid, mode, granted FROM pg_locks WHERE {THE_KEYS_LOCKS}");
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&classid, &objid, &objsubid];
-        let rows = match self.0.locks.sessions.for_attempt().await? {
-            Some(session) => session.client.query(&sql, &params).await,
+        let sql = format!(
+            "SELECT pid, mode, granted, holder, held_by, fence \
+             FROM pg_locks LEFT JOIN {} AS fences ON fences.name = $4 WHERE {}",
+            self.0.fence_table,
+            key_locks(1)
+        );
+        let name = key.as_str();
+        let params: [&(dyn ToSql + Sync); 4] = [&classid, &objid, &objsubid, &name];
+        let rows = self.query(name, "read pg_locks", &sql, &params).await?;
+        let info = lock_info(&rows).map_err(|e| failed(name, "read pg_locks", e))?;
+        if info.is_some() {
+            return Ok(info);
+        }
+        let Some((permits, slots)) = self.inspect_permits(name).await? else {
+            return Ok(None);
+        };
+        let holders = slots
+            .iter()
+            .map(|slot| HolderInfo::new(slot, None, None))
+            .collect();
+        let kind = LockKind::Semaphore { permits };
+        Ok(Some(LockInfo::new(Some(kind), holders, None)))
+    }
+
+    /// Runs `sql`, which never waits, on a session that is not waiting, or on a
+    /// connection of its own when every one is.
+    pub(super) async fn query(
+        &self,
+        name: &str,
+        doing: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let rows = match self.0.sessions.for_attempt().await? {
+            Some(serving) => serving.session.client.query(sql, params).await,
             None => {
-                self.0
-                    .locks
-                    .sessions
-                    .connector
-                    .once()
-                    .await?
-                    .query(&sql, &params)
-                    .await
+                let client = self.0.sessions.connect_once().await?;
+                client.query(sql, params).await
             }
         };
-        let rows = rows.map_err(|e| failed(key.as_str(), "read pg_locks", e))?;
-        lock_info(&rows).map_err(|e| failed(key.as_str(), "read pg_locks", e))
+        rows.map_err(|e| failed(name, doing, e))
     }
 }
 
-/// What the rows of `pg_locks` for one key say.
+/// What the rows of `pg_locks` for one key say, each joined with the key's row of the
+/// fence table: each holding session is one holder (this store never stacks two holds of
+/// a name on one session). The session that took the lock last through this crate, as
+/// the fence table records it, shows the owner token and the fencing token of its hold,
+/// and the kind it was taken as; any other session is shown by its backend's pid (in 8
+/// hex digits), a shared hold as a read and any other as exclusive.
 fn lock_info(rows: &[Row]) -> Result<Option<LockInfo>, tokio_postgres::Error> {
     let mut holders = Vec::new();
-    let mut shared = false;
+    let mut kind = None;
     let mut waiting = 0;
     for row in rows {
         if !row.try_get::<_, bool>("granted")? {
@@ -66,16 +111,31 @@ fn lock_info(rows: &[Row]) -> Result<Option<LockInfo>, tokio_postgres::Error> {
             continue;
         }
         let pid: i32 = row.try_get("pid")?;
-        shared |= row.try_get::<_, &str>("mode")? == "ShareLock";
-        holders.push(HolderInfo::new(&format!("{pid:08x}"), None, None));
+        let shared = row.try_get::<_, &str>("mode")? == "ShareLock";
+        let recorded = (row.try_get::<_, Option<i32>>("held_by")? == Some(pid))
+            .then(|| row.try_get::<_, Option<&str>>("holder"))
+            .transpose()?
+            .flatten();
+        let (holder, held_as) = match recorded {
+            Some(token) => {
+                let fence: i64 = row.try_get("fence")?;
+                let fence = u64::try_from(fence).ok();
+                (
+                    HolderInfo::new(token, None, fence),
+                    LockKind::of_owner_token(token),
+                )
+            }
+            None => (HolderInfo::new(&format!("{pid:08x}"), None, None), None),
+        };
+        holders.push(holder);
+        kind = Some(match (shared, held_as) {
+            (true, _) => LockKind::Read,
+            (false, Some(held_as)) => held_as,
+            (false, None) => LockKind::Exclusive,
+        });
     }
     if holders.is_empty() {
         return Ok(None);
     }
-    let kind = if shared {
-        LockKind::Read
-    } else {
-        LockKind::Exclusive
-    };
-    Ok(Some(LockInfo::new(Some(kind), holders, Some(waiting))))
+    Ok(Some(LockInfo::new(kind, holders, Some(waiting))))
 }

@@ -1,6 +1,9 @@
 //! Taking a lock on the server: one attempt on a shared session, or a wait inside the
 //! server on a session of its own, each drawing the fencing token in the same statement
-//! that takes the lock.
+//! that takes the lock, and giving the lock back at once, in that statement, if a permit
+//! of the name is held (see the [module docs](super) for why that keeps the kinds apart).
+
+use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
@@ -9,8 +12,9 @@ use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
 use super::key::AdvisoryKey;
+use super::semaphore::{self, Slots};
 use super::session::Session;
-use crate::backend::sessions::Session as _;
+use crate::backend::store::Acquire;
 use crate::{LockError, LockKind};
 
 /// Whether a statement waits for the lock or makes one attempt.
@@ -22,47 +26,124 @@ pub(super) enum Attempt {
     Wait,
 }
 
-/// One attempt on `session`, which other holds share: its fencing token if it took the
-/// lock. A statement that fails may have taken the lock, so its session is ended.
-pub(super) async fn once(
-    session: &Session,
-    table: &str,
-    name: &str,
-    key: AdvisoryKey,
-    kind: LockKind,
-) -> Result<Option<u64>, LockError> {
-    let sql = take_sql(table, key, kind, Attempt::Once);
-    match fence(session, &sql, name, key).await {
-        Ok(fence) => Ok(fence),
-        Err(e) => {
-            session.state().end();
-            Err(failed(name, "take it", e))
+/// A lock taken on `session`, with its fencing token. Dropped unclaimed (its acquire
+/// was dropped), it gives the lock back in the background.
+#[derive(Debug)]
+pub(super) struct Taken(Option<(Arc<Session>, AdvisoryKey, LockKind, u64)>);
+
+impl Taken {
+    pub(super) fn new(session: Arc<Session>, key: AdvisoryKey, kind: LockKind, fence: u64) -> Self {
+        session.hold_taken(key);
+        Self(Some((session, key, kind, fence)))
+    }
+
+    /// The session the hold lives on, its advisory key and its fencing token: the
+    /// caller keeps the hold.
+    pub(super) fn claim(mut self) -> Option<(Arc<Session>, AdvisoryKey, u64)> {
+        self.0
+            .take()
+            .map(|(session, key, _, fence)| (session, key, fence))
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let Some((session, key, kind, _)) = self.0.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let background = session.background.clone();
+            background.spawn_on(
+                async move {
+                    if unlock(&session.client, key, kind).await.is_err() {
+                        session.end();
+                    }
+                    session.hold_given_back(key);
+                },
+                &runtime,
+            );
+        } else {
+            session.end();
         }
     }
 }
 
-/// Waits inside the server on `session`, which holds nothing else, until `deadline`:
-/// its fencing token if it took the lock, or `None` if it was still held then or the wait was `abandoned` (which
-/// cancels the statement and retires the session).
-pub(super) async fn wait(
-    session: &Session,
+/// One attempt on `session`, which other holds share, to take `key` as `request` asks:
+/// the lock, or `None` if it is held. A statement that fails may have taken the lock, so
+/// its session is ended.
+pub(super) async fn once(
+    session: &Arc<Session>,
     table: &str,
-    name: &str,
+    request: &Acquire,
     key: AdvisoryKey,
-    kind: LockKind,
-    deadline: Instant,
+) -> Result<Option<Taken>, LockError> {
+    let sql = take_sql(table, key, request.kind, Attempt::Once);
+    match fence(session, &sql, request, key).await {
+        Ok(fence) => Ok(fence.map(|f| Taken::new(session.clone(), key, request.kind, f))),
+        Err(e) => {
+            session.end();
+            Err(failed(request.key.as_str(), "take it", e))
+        }
+    }
+}
+
+/// Waits inside the server on `session`, which holds nothing else, until the request's
+/// deadline: the lock, or `None` if it was still held then or the wait was `abandoned`
+/// (which cancels the statement and retires the session). Each time the lock is granted
+/// while a permit of the name is held, it is given back and waited for again once a
+/// permit is announced given back, or after [`semaphore::POLL`].
+pub(super) async fn wait(
+    session: Arc<Session>,
+    table: &str,
+    request: &Acquire,
+    key: AdvisoryKey,
     abandoned: CancellationToken,
-) -> Result<Option<u64>, LockError> {
-    let left = deadline.saturating_duration_since(Instant::now());
+) -> Result<Option<Taken>, LockError> {
+    let sql = take_sql(table, key, request.kind, Attempt::Wait);
+    let announced = session.released.clone();
+    loop {
+        let released = announced.notified();
+        let mut released = std::pin::pin!(released);
+        released.as_mut().enable();
+        match wait_once(&session, &sql, request, key, &abandoned).await? {
+            Waited::Taken(fence) => {
+                return Ok(Some(Taken::new(session, key, request.kind, fence)));
+            }
+            Waited::Nothing => return Ok(None),
+            Waited::GaveWay => {}
+        }
+        if !semaphore::retry(released, request.deadline, &abandoned).await {
+            return Ok(None);
+        }
+    }
+}
+
+/// What one wait inside the server came to.
+enum Waited {
+    /// The lock, with its fencing token.
+    Taken(u64),
+    /// The lock was granted while a permit of the name was held, and given back.
+    GaveWay,
+    /// Still held at the deadline, or abandoned.
+    Nothing,
+}
+
+async fn wait_once(
+    session: &Session,
+    sql: &str,
+    request: &Acquire,
+    key: AdvisoryKey,
+    abandoned: &CancellationToken,
+) -> Result<Waited, LockError> {
+    let left = request.deadline.saturating_duration_since(Instant::now());
     let timeout = format!("SET lock_timeout = {}", left.as_millis().max(1));
-    let sql = take_sql(table, key, kind, Attempt::Wait);
     let waited = {
         let client = &session.client;
         let take = async {
-            session.prepare(&sql).await?;
+            session.prepare(sql).await?;
             let (_, fence, _) = tokio::join!(
                 client.batch_execute(&timeout),
-                fence(session, &sql, name, key),
+                fence(session, sql, request, key),
                 client.batch_execute("SET lock_timeout = 0"),
             );
             fence
@@ -81,10 +162,11 @@ pub(super) async fn wait(
         // A cancel can land after the statement it was sent for, on the next one: this
         // session serves nothing after it.
         retire(session).await;
-        return Ok(None);
+        return Ok(Waited::Nothing);
     };
     match outcome {
-        Ok(fence) => Ok(fence),
+        Ok(Some(fence)) => Ok(Waited::Taken(fence)),
+        Ok(None) => Ok(Waited::GaveWay),
         Err(e) => {
             // The session holds nothing else: whatever the statement took goes back.
             let unlocked = session
@@ -92,12 +174,12 @@ pub(super) async fn wait(
                 .batch_execute("SELECT pg_advisory_unlock_all()")
                 .await;
             if unlocked.is_err() {
-                session.state().end();
+                session.end();
             }
             let gave_up = [SqlState::LOCK_NOT_AVAILABLE, SqlState::QUERY_CANCELED];
             match e.code() {
-                Some(code) if gave_up.contains(code) => Ok(None),
-                _ => Err(failed(name, "wait for it", e)),
+                Some(code) if gave_up.contains(code) => Ok(Waited::Nothing),
+                _ => Err(failed(request.key.as_str(), "wait for it", e)),
             }
         }
     }
@@ -115,10 +197,11 @@ async fn retire(session: &Session) {
             break;
         }
     }
-    session.state().end();
+    session.end();
 }
 
-/// Gives back one hold of `key` on the session of `client`: whether it held one.
+/// Gives back one hold of `key` on the session of `client`: whether it held one. A
+/// permit given back is announced, for the waiters of every store.
 pub(super) async fn unlock(
     client: &Client,
     key: AdvisoryKey,
@@ -128,7 +211,11 @@ pub(super) async fn unlock(
         LockKind::Read => "pg_advisory_unlock_shared",
         _ => "pg_advisory_unlock",
     };
-    let sql = format!("SELECT {function}({})", key_args(key, 1));
+    let announce = match kind {
+        LockKind::Semaphore { .. } => format!(", pg_notify('{}', '')", semaphore::CHANNEL),
+        _ => String::new(),
+    };
+    let sql = format!("SELECT {function}({}){announce}", key_args(key, 1));
     let row = match key {
         AdvisoryKey::Bigint(k) => client.query_one(&sql, &[&k]).await?,
         AdvisoryKey::Pair(high, low) => client.query_one(&sql, &[&high, &low]).await?,
@@ -136,22 +223,28 @@ pub(super) async fn unlock(
     row.try_get(0)
 }
 
-/// Takes the lock and, if it was taken, draws the next fencing token of `name`: one
-/// statement, one round trip.
+/// Takes the lock and, if it was taken and no permit of the name is held, draws the next
+/// fencing token of the name: one statement, one round trip.
 async fn fence(
     session: &Session,
     sql: &str,
-    name: &str,
+    request: &Acquire,
     key: AdvisoryKey,
 ) -> Result<Option<u64>, tokio_postgres::Error> {
     let statement = session.prepare(sql).await?;
     let client = &session.client;
+    let name = request.key.as_str();
+    let token: &str = &request.token;
+    let slots = Slots::of(name).classid();
     let rows = match key {
         AdvisoryKey::Bigint(k) => {
-            let params: [&(dyn ToSql + Sync); 2] = [&name, &k];
+            let params: [&(dyn ToSql + Sync); 4] = [&name, &token, &slots, &k];
             client.query(&statement, &params).await?
         }
-        AdvisoryKey::Pair(high, low) => client.query(&statement, &[&name, &high, &low]).await?,
+        AdvisoryKey::Pair(high, low) => {
+            let params: [&(dyn ToSql + Sync); 5] = [&name, &token, &slots, &high, &low];
+            client.query(&statement, &params).await?
+        }
     };
     match rows.first() {
         Some(row) => {
@@ -162,22 +255,34 @@ async fn fence(
     }
 }
 
-/// The statement that takes the lock and draws its token from `table`, as `attempt`.
+/// The statement that takes the lock as `attempt` and draws its token from `table`,
+/// recording there the owner's token and the session's pid (for `inspect`), unless the
+/// name's row says it has been a semaphore and one of its permits is held (`pg_locks`,
+/// read after the lock was taken): then it gives the lock back and answers no row.
+/// Parameters: the name, the owner's token, the permit slots' `classid`, the key.
 fn take_sql(table: &str, key: AdvisoryKey, kind: LockKind, attempt: Attempt) -> String {
-    let function = match (kind, attempt) {
-        (LockKind::Read, Attempt::Once) => "pg_try_advisory_lock_shared",
-        (LockKind::Read, Attempt::Wait) => "pg_advisory_lock_shared",
-        (_, Attempt::Once) => "pg_try_advisory_lock",
-        (_, Attempt::Wait) => "pg_advisory_lock",
+    let (function, unlock) = match (kind, attempt) {
+        (LockKind::Read, Attempt::Once) => {
+            ("pg_try_advisory_lock_shared", "pg_advisory_unlock_shared")
+        }
+        (LockKind::Read, Attempt::Wait) => ("pg_advisory_lock_shared", "pg_advisory_unlock_shared"),
+        (_, Attempt::Once) => ("pg_try_advisory_lock", "pg_advisory_unlock"),
+        (_, Attempt::Wait) => ("pg_advisory_lock", "pg_advisory_unlock"),
     };
-    let call = format!("{function}({})", key_args(key, 2));
+    let args = key_args(key, 4);
+    let call = format!("{function}({args})");
     let taken = match attempt {
         Attempt::Once => call,
         Attempt::Wait => format!("{call} IS NOT NULL"),
     };
+    let permits_held = semaphore::permits_held("$3");
     format!(
-        "INSERT INTO {table} (name, fence) SELECT $1, 1 WHERE {taken} \
-         ON CONFLICT (name) DO UPDATE SET fence = {table}.fence + 1 RETURNING fence"
+        "WITH fenced AS (INSERT INTO {table} (name, fence, holder, held_by) \
+           SELECT $1, 1, $2::text, pg_backend_pid() WHERE {taken} \
+           ON CONFLICT (name) DO UPDATE SET fence = {table}.fence + 1, \
+           holder = excluded.holder, held_by = excluded.held_by RETURNING fence, permits) \
+         SELECT fence FROM fenced WHERE CASE WHEN permits IS NULL THEN true \
+         WHEN NOT EXISTS ({permits_held}) THEN true ELSE NOT {unlock}({args}) END"
     )
 }
 
@@ -192,4 +297,12 @@ fn key_args(key: AdvisoryKey, first: usize) -> String {
 /// The error of a statement about the lock `name` that failed while `doing`.
 pub(super) fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
     LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
+}
+
+/// The error of an acquire whose task ended without an answer.
+pub(super) fn failed_task(name: &str, error: tokio::sync::oneshot::error::RecvError) -> LockError {
+    LockError::backend(
+        format!("postgres lock {name:?}: the acquire ended early"),
+        error,
+    )
 }

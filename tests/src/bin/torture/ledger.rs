@@ -88,6 +88,10 @@ pub(crate) enum Event {
     Timeout,
     /// A lock call failed otherwise (the store unreachable, no quorum).
     LockError,
+    /// A hold was found gone before its release (its session ended).
+    FoundGone,
+    /// ... and it had not reported itself lost by a lifetime later.
+    LossUnreported,
 }
 
 impl Event {
@@ -98,6 +102,8 @@ impl Event {
             Event::ReleaseFoundItGone => "release_found_it_gone",
             Event::Timeout => "timeouts",
             Event::LockError => "lock_errors",
+            Event::FoundGone => "found_gone",
+            Event::LossUnreported => "loss_unreported",
         }
     }
 }

@@ -18,6 +18,14 @@
 //! scenarios (2 s session leases) kill the sessions that hold locks, restart the server
 //! (fencing tokens kept), and kill or pause a holder process.
 //!
+//! On PostgreSQL a hold lasts as long as its session, which the server ends once idle for
+//! the session lease (2 s). The PostgreSQL scenarios end the holding sessions
+//! (`pg_terminate_backend`), restart the server (the fence table survives it), kill a
+//! holder process (the server frees its locks as its connections close) and pause one
+//! past the lease (its locks come free within lease + 1 s). There every worker also checks
+//! each hold before releasing it: a hold whose session ended must have reported itself
+//! lost.
+//!
 //! Afterwards it checks each key: no lost update (the counter equals the writes
 //! accepted), no token granted twice, and whatever the scenario's expected outcome adds;
 //! then prints a table, and exits with 1 if any check failed.

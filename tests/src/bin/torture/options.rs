@@ -11,8 +11,9 @@ usage: torture [--short] [--only NAME[,NAME...]] [--processes K] [--tasks M] [--
 
 Runs each scenario (all unless --only) and prints a table; exits with 1 if a check failed.
 The scenarios run on Redis (one server, one behind a proxy, a Cluster, Sentinel, RedLock),
-with 1 s leases, and on ZooKeeper (one server, a 3-node ensemble: the zookeeper-* ones)
-and MariaDB (the mariadb-* ones), with 2 s sessions.
+with 1 s leases, on ZooKeeper (one server, a 3-node ensemble: the zookeeper-* ones)
+and MariaDB (the mariadb-* ones), with 2 s sessions, and on PostgreSQL (one server: the
+postgres-* ones), with 2 s session leases.
 
   --short        the ordinary test suite's version: fewer processes and seconds
   --only NAMES   the scenarios to run, by name (see the table)
@@ -38,7 +39,7 @@ pub(crate) struct Options {
     /// The lease of every lock on Redis, renewed by the watchdog.
     pub(crate) lease: Duration,
     /// The session timeout of every worker on ZooKeeper, and its session lease on
-    /// MariaDB, where a hold lasts as long as its session.
+    /// MariaDB and PostgreSQL, where a hold lasts as long as its session.
     pub(crate) session_timeout: Duration,
     /// How long the workers run before the fault.
     pub(crate) before: Duration,
@@ -101,8 +102,8 @@ impl Options {
     }
 
     /// How long a hold on `deployment` outlives a holder that went silent: the lease on
-    /// Redis, the session timeout on ZooKeeper. The scenarios' faults and slow sections
-    /// are measured in it.
+    /// Redis, the session timeout on ZooKeeper, the session lease on PostgreSQL. The
+    /// scenarios' faults and slow sections are measured in it.
     pub(crate) fn lifetime(&self, deployment: Deployment) -> Duration {
         if deployment.has_sessions() {
             self.session_timeout

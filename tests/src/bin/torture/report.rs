@@ -81,7 +81,7 @@ impl Row {
 pub(crate) fn print(options: &Options, rows: &[Row]) {
     println!(
         "{} worker processes x {} tasks over {} keys, lease {} ms (ZooKeeper: session \
-         timeout {} ms): `{}`",
+         timeout, PostgreSQL: session lease {} ms): `{}`",
         options.processes,
         options.tasks,
         options.keys,

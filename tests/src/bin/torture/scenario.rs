@@ -6,12 +6,12 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_tests::{RedisServer, ValueExt};
+use lock_tests::{PostgresServer, RedisServer, ValueExt};
 
 use crate::ledger::{self, Event, KeyTally};
 use crate::options::Options;
 use crate::report::Row;
-use crate::store::{Deployment, Store};
+use crate::store::{self, Deployment, Store};
 use crate::worker::{self, Sections};
 
 /// How long workers get to stop once told to, before they count as hung.
@@ -49,6 +49,9 @@ pub(crate) enum Fault {
     MinorityThenMajorityPaused,
     /// The leader of a ZooKeeper ensemble killed; the two others elect a new one.
     LeaderKilled,
+    /// Every PostgreSQL session holding an advisory lock ended by
+    /// `pg_terminate_backend`, as an operator would.
+    BackendsTerminated,
     /// Every MariaDB session that holds a lock killed (`KILL`).
     SessionsKilled,
 }
@@ -172,6 +175,40 @@ pub(crate) const ALL: &[Scenario] = &[
                    refused once it resumes; its release frees nothing of others'",
     },
     Scenario {
+        name: "postgres-backend-terminated",
+        deployment: Deployment::Postgres,
+        fault: Fault::BackendsTerminated,
+        sections: Sections::OneSlowHolder,
+        expected: "every hold on an ended session reports lost; stale writes \
+                   refused; locks served again on new sessions without restarting a worker",
+    },
+    Scenario {
+        name: "postgres-server-restarted",
+        deployment: Deployment::Postgres,
+        fault: Fault::StoreRestarted,
+        sections: Sections::OneSlowHolder,
+        expected: "every hold reports lost; the fence table survives, so tokens keep \
+                   rising and the older holder's writes are refused; locks served again \
+                   without restarting a worker",
+    },
+    Scenario {
+        name: "postgres-holder-killed",
+        deployment: Deployment::Postgres,
+        fault: Fault::HolderKilled,
+        // The killed process is surely holding a lock: the slow holder's.
+        sections: Sections::OneSlowHolder,
+        expected: "the server sees its connections close and frees its locks at once",
+    },
+    Scenario {
+        name: "postgres-holder-paused",
+        deployment: Deployment::Postgres,
+        fault: Fault::HolderPaused,
+        sections: Sections::OneSlowHolder,
+        expected: "the server ends its idle sessions one lease later and its locks come \
+                   free within lease + 1 s; its holds report lost and its writes are refused \
+                   once it resumes; its release frees nothing of others'",
+    },
+    Scenario {
         name: "mariadb-session-killed",
         deployment: Deployment::MariaDb,
         fault: Fault::SessionsKilled,
@@ -217,6 +254,9 @@ struct Injected {
     during_minority: Option<u64>,
     /// For a paused holder: its pid.
     paused_holder: Option<u32>,
+    /// For a killed holder on PostgreSQL, which frees its locks at once: how many it held
+    /// as it was killed.
+    killed_holder_locks: Option<u64>,
 }
 
 /// Runs `scenario` and judges what the ledger shows.
@@ -258,6 +298,18 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
     row.losses = ledger::events(&ledger, Event::Lost).expect("read the ledger");
     row.released_gone =
         ledger::events(&ledger, Event::ReleaseFoundItGone).expect("read the ledger");
+    let found_gone = ledger::events(&ledger, Event::FoundGone).expect("read the ledger");
+    let unreported = ledger::events(&ledger, Event::LossUnreported).expect("read the ledger");
+    if found_gone > 0 {
+        row.note(format!(
+            "{found_gone} holds found gone before their release, {unreported} of them never reported lost"
+        ));
+    }
+    if unreported > 0 {
+        row.violation(format!(
+            "{unreported} holds on ended sessions never reported lost"
+        ));
+    }
     for (event, what) in [
         (Event::Timeout, "lock calls timed out"),
         (Event::LockError, "lock calls failed"),
@@ -273,7 +325,7 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
     }
     if let Some(leftover) = leftover.filter(|&n| n > 0) {
         row.violation(format!(
-            "{leftover} locks still held a lease after the workers stopped"
+            "{leftover} locks still held after the workers stopped"
         ));
     }
     if let Some(pid) = injected.paused_holder {
@@ -331,16 +383,25 @@ fn judge(
     if row.refused_reads > 0 {
         row.note(format!("{} stale reads refused", row.refused_reads));
     }
+    // On PostgreSQL every fault but a kill ends sessions that a live worker holds on.
+    let sessions_end =
+        scenario.deployment == Deployment::Postgres && scenario.fault != Fault::HolderKilled;
     let holds_run_out = matches!(
         scenario.fault,
         Fault::StorePaused | Fault::MinorityThenMajorityPaused | Fault::SessionsKilled
-    );
+    ) || sessions_end;
     if holds_run_out && row.losses == 0 {
         row.violation("no holder saw its hold lost".to_owned());
     }
+    if scenario.fault == Fault::BackendsTerminated && injected.faults == 0 {
+        row.violation("no session held a lock to terminate".to_owned());
+    }
     let slow_holder_overtaken = matches!(
         scenario.fault,
-        Fault::StorePaused | Fault::StoreRestarted | Fault::HolderPaused
+        Fault::StorePaused
+            | Fault::StoreRestarted
+            | Fault::HolderPaused
+            | Fault::BackendsTerminated
     );
     if slow_holder_overtaken && row.refused == 0 {
         row.violation("the slow holder's late write was not refused".to_owned());
@@ -362,15 +423,21 @@ fn judge(
                 stall.as_millis()
             ));
         }
-        // The killed holder's key waits out what was left of its hold: its lease,
-        // renewed a third of a lease before at the latest, or its session, which the
-        // client keeps alive as often; unless the server ends the session with the
-        // process's connections.
-        if stall < lifetime / 2 && !scenario.deployment.frees_with_the_process() {
-            row.violation(format!(
-                "no key waited for a hold to run out ({} ms): the killed process held no lock",
-                stall.as_millis()
-            ));
+        match injected.killed_holder_locks {
+            // PostgreSQL frees a killed process's locks as its connections close.
+            Some(0) => row.violation("the killed process held no lock".to_owned()),
+            Some(held) => row.note(format!("the killed process held {held} locks")),
+            // The faulted holder's key waits out what was left of its hold: its lease,
+            // renewed a third of a lease before at the latest, or its session, which the
+            // client keeps alive as often; unless the server ends the session with the
+            // process's connections (MariaDB).
+            None if stall < lifetime / 2 && !scenario.deployment.frees_with_the_process() => {
+                row.violation(format!(
+                    "no key waited for a hold to run out ({} ms): the first worker held no lock",
+                    stall.as_millis()
+                ));
+            }
+            None => {}
         }
     }
     if let Some(during) = injected.during_minority {
@@ -410,6 +477,10 @@ fn inject(
             once
         }
         Fault::HolderKilled => {
+            let killed_holder_locks = match store {
+                Store::Postgres(server) => Some(locks_held_by(server, workers.first_pid())),
+                _ => None,
+            };
             let pid = workers.kill_first();
             ledger::forget_process(ledger, keys, pid).expect("clear the dead process");
             Injected {
@@ -418,15 +489,25 @@ fn inject(
                     keys,
                     freed_within(scenario.deployment, lifetime) + FREE_SLACK,
                 )),
+                killed_holder_locks,
                 ..once
             }
         }
         Fault::HolderPaused => {
             let pid = workers.signal_first("STOP");
-            thread::sleep(two_lifetimes);
+            // On PostgreSQL the server ends the paused process's idle sessions, and their
+            // locks come free, within the pause.
+            let longest_stall = match store {
+                Store::Postgres(_) => Some(longest_stall(ledger, keys, two_lifetimes)),
+                _ => {
+                    thread::sleep(two_lifetimes);
+                    None
+                }
+            };
             workers.signal_first("CONT");
             Injected {
                 paused_holder: Some(pid),
+                longest_stall,
                 ..once
             }
         }
@@ -480,6 +561,19 @@ fn inject(
             ensemble.wait_quorum();
             once
         }
+        Fault::BackendsTerminated => {
+            let ended = store
+                .postgres()
+                .psql(
+                    "SELECT count(pg_terminate_backend(pid)) FROM (SELECT DISTINCT pid \
+                     FROM pg_locks WHERE locktype = 'advisory' AND granted) AS holders",
+                )
+                .expect("terminate the holding sessions");
+            Injected {
+                faults: ended.parse().expect("a count of sessions"),
+                ..Injected::default()
+            }
+        }
         Fault::SessionsKilled => {
             let Store::MariaDb(server) = store else {
                 panic!("sessions are killed on MariaDB");
@@ -506,6 +600,18 @@ fn kill_holders(server: &lock_tests::MariaDbServer, keys: &[String]) -> u64 {
     killed
 }
 
+/// How many advisory locks the sessions of the worker process `pid` hold.
+fn locks_held_by(server: &PostgresServer, pid: u32) -> u64 {
+    let held = server
+        .psql(&format!(
+            "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) \
+             WHERE locktype = 'advisory' AND granted AND application_name = '{}'",
+            store::worker_name(pid)
+        ))
+        .expect("count the worker's locks");
+    held.parse().expect("a count of locks")
+}
+
 /// How long a dead holder's locks on `deployment` may stay held, at most.
 fn freed_within(deployment: Deployment, lifetime: Duration) -> Duration {
     lifetime + deployment.expiry_delay() + FREE_SLACK
@@ -520,9 +626,17 @@ fn subscribers(store: &mut Store) -> Option<usize> {
     Some(clients.as_str()?.lines().count())
 }
 
-/// How many locks a single-node Redis still holds a lease after everyone stopped: a lock
-/// key is `P{K}`, the only kind of key that ends with its hash tag.
+/// How many locks a single-node Redis still holds a lease after everyone stopped (a lock
+/// key is `P{K}`, the only kind of key that ends with its hash tag), or PostgreSQL's
+/// sessions still hold.
 fn leftover_locks(store: &mut Store, lease: Duration) -> Option<usize> {
+    if let Store::Postgres(server) = store {
+        thread::sleep(lease);
+        let held = server
+            .psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+            .ok()?;
+        return held.parse().ok();
+    }
     let (Store::Single(server) | Store::Proxied(server, _)) = store else {
         return None;
     };
@@ -634,6 +748,11 @@ impl Workers {
             children,
             killed: None,
         }
+    }
+
+    /// The first worker's pid.
+    fn first_pid(&self) -> u32 {
+        self.children[0].id()
     }
 
     /// Kills the first worker with SIGKILL and returns its pid.

@@ -127,6 +127,7 @@ async fn run(args: Args) -> Result<(), String> {
         let _ = std::io::stdin().read_to_end(&mut Vec::new());
         stopping.cancel();
     });
+    let knows_its_holds = store::knows_its_holds(&args.store);
     let leaving = TaskTracker::new();
     let tasks = TaskTracker::new();
     for i in 0..args.tasks {
@@ -142,6 +143,7 @@ async fn run(args: Args) -> Result<(), String> {
             only_tried: (args.sections == Sections::OneSlowHolder && !slow)
                 .then(|| args.keys[0].clone()),
             lifetime: args.lifetime,
+            knows_its_holds,
             slow,
             rng: fastrand::Rng::with_seed(args.index * 1000 + i as u64),
             leaving: leaving.clone(),
@@ -163,6 +165,9 @@ struct Task {
     /// The slow holder's key, which this task takes only if it is free.
     only_tried: Option<String>,
     lifetime: Duration,
+    /// Whether the store says at no cost that a hold is gone, so that each hold is
+    /// checked before its release: gone, it must have reported itself lost.
+    knows_its_holds: bool,
     /// Whether this is the slow holder.
     slow: bool,
     rng: fastrand::Rng,
@@ -202,6 +207,7 @@ impl Task {
             Ok(Err(e)) => eprintln!("torture worker: the ledger failed: {e}"),
             Err(_) => self.count(Event::Lost).await,
         }
+        self.check_loss_reported(&guard).await;
         self.release(guard).await;
     }
 
@@ -216,7 +222,23 @@ impl Task {
         if guard.is_lost() {
             self.count(Event::Lost).await;
         }
+        self.check_loss_reported(&guard).await;
         self.release(guard).await;
+    }
+
+    /// Where the store knows its holds, counts a hold found gone, and whether it failed
+    /// to report itself lost within a lifetime.
+    async fn check_loss_reported(&self, guard: &LockGuard) {
+        if !self.knows_its_holds || guard.is_held().await.unwrap_or(true) {
+            return;
+        }
+        self.count(Event::FoundGone).await;
+        if tokio::time::timeout(self.lifetime, guard.lost())
+            .await
+            .is_err()
+        {
+            self.count(Event::LossUnreported).await;
+        }
     }
 
     async fn release(&self, guard: LockGuard) {

@@ -1,0 +1,294 @@
+//! Semaphores as permit slots: advisory locks of one bigint each, derived from the name,
+//! whose count is stored in the fence table's row of the name; each attempt gives way to
+//! a hold of the name's own key. See the [module docs](super#semaphores) for the design.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::futures::Notified;
+use tokio::time::{Instant, sleep, sleep_until, timeout_at};
+use tokio_postgres::types::ToSql;
+use tokio_util::sync::CancellationToken;
+
+use super::PostgresStore;
+use super::key::{AdvisoryKey, KeyMapping};
+use super::operator::key_locks;
+use super::session::Session;
+use super::take::{Taken, failed};
+use crate::backend::store::Acquire;
+use crate::{LockError, LockKey, LockKind};
+
+/// The channel a released permit is announced on.
+pub(super) const CHANNEL: &str = "lock_permits";
+
+/// How often a waiter tries again when no release was announced: a holder's session may
+/// have ended.
+pub(super) const POLL: Duration = Duration::from_millis(250);
+
+/// Waits for the next try of an acquire kept out by a permit, or waiting for one: until
+/// a permit is announced given back (`released`, listened for since before the try that
+/// failed) or [`POLL`] passes. `false` once `deadline` passes or the acquire is
+/// `abandoned`.
+pub(super) async fn retry(
+    released: Pin<&mut Notified<'_>>,
+    deadline: Instant,
+    abandoned: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        () = released => true,
+        () = sleep(POLL) => true,
+        () = sleep_until(deadline) => false,
+        () = abandoned.cancelled() => false,
+    }
+}
+
+/// The rows of `pg_locks` for the permits held of the semaphore whose slots' upper half,
+/// as `pg_locks` shows it, is `$classid`.
+pub(super) fn permits_held(classid: &str) -> String {
+    format!(
+        "SELECT objid::int8 AS slot, pid FROM pg_locks \
+         WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = {classid} \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+}
+
+/// The slots of one semaphore.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slots {
+    /// The upper 32 bits of every slot's key.
+    high: i32,
+}
+
+impl Slots {
+    pub(super) fn of(name: &str) -> Self {
+        let high = match KeyMapping::Hashed.key(&format!("{name}#permits")) {
+            AdvisoryKey::Bigint(key) => (key >> 32) as i32,
+            AdvisoryKey::Pair(high, _) => high,
+        };
+        Self { high }
+    }
+
+    /// The advisory key of slot `slot`.
+    fn key(self, slot: u32) -> AdvisoryKey {
+        AdvisoryKey::Bigint((i64::from(self.high) << 32) | i64::from(slot))
+    }
+
+    /// The slots' upper half as `pg_locks` shows it: an unsigned 32-bit oid.
+    pub(super) fn classid(self) -> i64 {
+        i64::from(self.high as u32)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt on a shared session; then, unless the deadline has passed, another
+    /// each time a permit is announced released, or every [`POLL`]. Within one store,
+    /// one acquirer at a time tries again; the others queue behind it.
+    pub(super) async fn take_permit(
+        &self,
+        request: &Acquire,
+        permits: u32,
+        abandoned: CancellationToken,
+    ) -> Result<Option<Taken>, LockError> {
+        let name = request.key.as_str();
+        let slots = Slots::of(name);
+        let mut turn = None;
+        loop {
+            let released = self.0.sessions.released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
+            if let Some(serving) = self.0.sessions.for_attempt().await?
+                && let Some(taken) = self
+                    .attempt_permit(&serving.session, &request.key, slots, permits)
+                    .await?
+            {
+                return Ok(Some(taken));
+            }
+            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
+                return Ok(None);
+            }
+            if turn.is_none() {
+                let waited = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await;
+                let Ok(mine) = waited else {
+                    return Ok(None);
+                };
+                turn = Some(mine);
+                continue;
+            }
+            if !retry(released, request.deadline, &abandoned).await {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Takes a free permit on `session` if fewer than the stored count are held and
+    /// nobody holds the name's own advisory lock, storing `permits` as the count on first
+    /// use: the permit, `None` if none is free, or [`LockError::Config`] if another count
+    /// is stored. A statement that fails may have taken a slot, so its session is ended.
+    async fn attempt_permit(
+        &self,
+        session: &std::sync::Arc<Session>,
+        key: &LockKey,
+        slots: Slots,
+        permits: u32,
+    ) -> Result<Option<Taken>, LockError> {
+        let table = &self.0.fence_table;
+        let held = permits_held("$4");
+        let names_lock = key_locks(5);
+        let sql = format!(
+            "WITH stored AS MATERIALIZED (SELECT permits FROM {table} \
+             WHERE name = $1 AND permits IS NOT NULL FOR UPDATE), \
+             held AS MATERIALIZED ({held}), \
+             free AS MATERIALIZED (SELECT slot FROM stored, generate_series(0, \
+                 CASE WHEN stored.permits = $2::int8 AND (SELECT count(*) FROM held) < $2 \
+                 THEN (SELECT count(*) FROM held) ELSE -1 END) AS slot \
+               WHERE CASE WHEN slot NOT IN (SELECT slot FROM held) \
+                 THEN pg_try_advisory_lock(($3::int8 << 32) | slot) ELSE false END \
+               LIMIT 1), \
+             clear AS MATERIALIZED (SELECT slot FROM free \
+               WHERE CASE WHEN EXISTS (SELECT FROM pg_locks WHERE granted AND {names_lock}) \
+                 THEN NOT pg_advisory_unlock(($3::int8 << 32) | slot) ELSE true END), \
+             taken AS (UPDATE {table} SET fence = {table}.fence + 1 FROM clear \
+               WHERE {table}.name = $1 RETURNING {table}.fence, clear.slot) \
+             SELECT stored.permits, taken.fence, taken.slot FROM stored LEFT JOIN taken ON true"
+        );
+        let store_count = format!(
+            "INSERT INTO {table} (name, fence, permits) VALUES ($1, 0, $2) \
+             ON CONFLICT (name) DO UPDATE SET permits = $2 WHERE {table}.permits IS NULL"
+        );
+        let name = key.as_str();
+        let asked = i64::from(permits);
+        let high = i64::from(slots.high);
+        let classid = slots.classid();
+        let (key_classid, key_objid, key_objsubid) = self.0.mapping.key(name).pg_locks();
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &name,
+            &asked,
+            &high,
+            &classid,
+            &key_classid,
+            &key_objid,
+            &key_objsubid,
+        ];
+        let attempt = async {
+            let statement = session.prepare(&sql).await?;
+            let mut rows = session.client.query(&statement, &params).await?;
+            if rows.is_empty() {
+                let store = session.prepare(&store_count).await?;
+                session.client.execute(&store, &params[..2]).await?;
+                rows = session.client.query(&statement, &params).await?;
+            }
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            let stored: i64 = row.try_get(0)?;
+            let fence: Option<i64> = row.try_get(1)?;
+            let slot: Option<i64> = row.try_get(2)?;
+            Ok(Some((stored, fence.zip(slot))))
+        };
+        let attempted: Result<_, tokio_postgres::Error> = attempt.await;
+        let (stored, taken) = match attempted {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                session.end();
+                return Err(failed(name, "take a permit", e));
+            }
+        };
+        if let Some((fence, slot)) = taken {
+            let slot = u32::try_from(slot).unwrap_or_default();
+            let fence = u64::try_from(fence).unwrap_or_default();
+            let kind = LockKind::Semaphore { permits };
+            return Ok(Some(Taken::new(
+                session.clone(),
+                slots.key(slot),
+                kind,
+                fence,
+            )));
+        }
+        if stored != asked {
+            let stored = u32::try_from(stored).unwrap_or(u32::MAX);
+            return Err(LockError::miscounted(key, stored, permits));
+        }
+        Ok(None)
+    }
+
+    /// The permits of the semaphore `key` free now: its stored count (or `permits`) less
+    /// the permits held; none while the name's own advisory lock is held.
+    pub(super) async fn available_permits(
+        &self,
+        key: &LockKey,
+        permits: u32,
+    ) -> Result<u32, LockError> {
+        let held = permits_held("$2");
+        let names_lock = key_locks(3);
+        let sql = format!(
+            "SELECT (SELECT permits FROM {} WHERE name = $1), \
+             (SELECT count(*) FROM ({held}) AS held), \
+             EXISTS (SELECT FROM pg_locks WHERE granted AND {names_lock})",
+            self.0.fence_table
+        );
+        let name = key.as_str();
+        let classid = Slots::of(name).classid();
+        let (key_classid, key_objid, key_objsubid) = self.0.mapping.key(name).pg_locks();
+        let params: [&(dyn ToSql + Sync); 5] =
+            [&name, &classid, &key_classid, &key_objid, &key_objsubid];
+        let rows = self.query(name, "count its permits", &sql, &params).await?;
+        let read = |row: &tokio_postgres::Row| {
+            Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+        };
+        let (stored, held, locked): (Option<i64>, i64, bool) = match rows.first().map(read) {
+            Some(Ok(row)) => row,
+            Some(Err(e)) => return Err(failed(name, "count its permits", e)),
+            None => (None, 0, false),
+        };
+        if locked {
+            return Ok(0);
+        }
+        let count = stored.map_or(i64::from(permits), |stored| stored);
+        Ok(u32::try_from(count.saturating_sub(held).max(0)).unwrap_or(u32::MAX))
+    }
+
+    /// Stores `permits` as the count of the semaphore `key`, and announces it: a raised
+    /// count may let a waiter in.
+    pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
+        let sql = format!(
+            "WITH stored AS (INSERT INTO {table} (name, fence, permits) VALUES ($1, 0, $2) \
+             ON CONFLICT (name) DO UPDATE SET permits = $2 RETURNING permits) \
+             SELECT stored.permits FROM stored, pg_notify('{CHANNEL}', '')",
+            table = self.0.fence_table
+        );
+        let name = key.as_str();
+        self.query(name, "store its count", &sql, &[&name, &i64::from(permits)])
+            .await?;
+        Ok(())
+    }
+
+    /// The holders of the semaphore `name`'s permits, each shown by its slot's number (in
+    /// 8 hex digits, in place of a token), and its stored count: `None` if none is held.
+    pub(super) async fn inspect_permits(
+        &self,
+        name: &str,
+    ) -> Result<Option<(u32, Vec<String>)>, LockError> {
+        let held = permits_held("$2");
+        let sql = format!(
+            "SELECT stored.permits, held.slot FROM {} AS stored, ({held}) AS held \
+             WHERE stored.name = $1 AND stored.permits IS NOT NULL",
+            self.0.fence_table
+        );
+        let classid = Slots::of(name).classid();
+        let rows = self
+            .query(name, "read pg_locks", &sql, &[&name, &classid])
+            .await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let read = |e| failed(name, "read pg_locks", e);
+        let stored: i64 = first.try_get(0).map_err(read)?;
+        let mut slots = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let slot: i64 = row.try_get(1).map_err(read)?;
+            slots.push(format!("{slot:08x}"));
+        }
+        Ok(Some((u32::try_from(stored).unwrap_or(u32::MAX), slots)))
+    }
+}
