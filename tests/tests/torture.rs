@@ -207,14 +207,14 @@ fn every_scenario_is_tested() {
         "zookeeper-leader-killed",
         "zookeeper-holder-killed",
         "zookeeper-holder-paused",
-        "mariadb-session-killed",
-        "mariadb-server-restarted",
-        "mariadb-holder-killed",
-        "mariadb-holder-paused",
         "postgres-backend-terminated",
         "postgres-server-restarted",
         "postgres-holder-killed",
         "postgres-holder-paused",
+        "mariadb-session-killed",
+        "mariadb-server-restarted",
+        "mariadb-holder-killed",
+        "mariadb-holder-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }
