@@ -19,13 +19,14 @@ use crate::backend::store::{Acquire, Acquired, Outcome};
 use crate::{LockError, LockKind};
 
 /// A session of the store `T`.
-pub(crate) type SessionOf<T> = <<T as Server>::Connector as Connector>::Session;
+pub(crate) type SessionOf<T> = <T as Server>::Session;
 
 /// What a database store says in its own statements.
 pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
-    type Connector: Connector;
     /// A lock on the server; its display is the name its local gate goes by.
-    type Key: Clone + fmt::Display + fmt::Debug + Send + Sync + 'static;
+    type Key: Clone + PartialEq + fmt::Display + fmt::Debug + Send + Sync + 'static;
+    type Session: Session<Key = Self::Key>;
+    type Connector: Connector<Session = Self::Session>;
 
     /// The store's name, for messages.
     const NAME: &'static str;
@@ -36,29 +37,36 @@ pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
     /// The server lock of the lock `name`.
     fn key(&self, name: &str) -> Result<Self::Key, LockError>;
 
-    /// One attempt on `session`, which other holds share, that never waits: the fencing
-    /// token if it took the lock. A statement that fails may have taken it: the session
-    /// is ended.
+    /// One attempt on `session`, which other holds share, that never waits, to take
+    /// `key` as `request` asks: the fencing token if it took the lock. A statement that
+    /// fails may have taken it: the session is ended.
     fn once(
         &self,
         session: &SessionOf<Self>,
-        name: &str,
+        request: &Acquire,
         key: &Self::Key,
-        kind: LockKind,
     ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
 
-    /// Waits inside the server on `session`, which holds nothing else, until `deadline`:
-    /// the fencing token if it took the lock; `None` if it was still held then, or the
-    /// wait was `abandoned`, after which the session holds nothing.
+    /// Waits inside the server on `session`, which holds nothing else, until the
+    /// request's deadline: the fencing token if it took the lock; `None` if it was still
+    /// held then, or the wait was `abandoned`, after which the session holds nothing.
     fn wait(
         &self,
         session: &SessionOf<Self>,
-        name: &str,
+        request: &Acquire,
         key: &Self::Key,
-        kind: LockKind,
-        deadline: Instant,
         abandoned: CancellationToken,
     ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
+
+    /// Takes one of `permits` of the semaphore of `request`, on the server's lock it
+    /// answers with; called only for a store that [supports](crate::backend::Store::supports)
+    /// semaphores.
+    fn take_permit(
+        &self,
+        request: &Acquire,
+        permits: u32,
+        abandoned: CancellationToken,
+    ) -> impl Future<Output = Result<Option<Taken<Self>>, LockError>> + Send;
 
     /// Gives back one hold of `key`, taken as `kind`, on `session`: whether it held one.
     fn unlock(
@@ -73,7 +81,7 @@ pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
 #[derive(Debug)]
 pub(crate) struct SessionLocks<T: Server> {
     pub(crate) sessions: Sessions<T::Connector>,
-    gates: Gates,
+    pub(crate) gates: Gates,
     holds: Holds<SessionOf<T>, T::Key>,
 }
 
@@ -105,7 +113,7 @@ impl<T: Server> SessionLocks<T> {
 /// A lock taken on a session, with its fencing token. Dropped unclaimed (its acquire
 /// was dropped), it gives the lock back in the background.
 #[derive(Debug)]
-struct Taken<T: Server>(Option<Lock<T>>);
+pub(crate) struct Taken<T: Server>(Option<Lock<T>>);
 
 /// What a [`Taken`] holds until it is claimed.
 #[derive(Debug)]
@@ -118,14 +126,15 @@ struct Lock<T: Server> {
 }
 
 impl<T: Server> Taken<T> {
-    fn new(
+    /// The hold of `key`, taken as `kind` on `session` with the fencing token `fence`.
+    pub(crate) fn new(
         store: &T,
         session: Arc<SessionOf<T>>,
         key: &T::Key,
         kind: LockKind,
         fence: u64,
     ) -> Self {
-        session.state().hold_taken();
+        session.state().hold_taken(key.clone());
         let (store, key) = (store.clone(), key.clone());
         Self(Some(Lock {
             store,
@@ -136,9 +145,12 @@ impl<T: Server> Taken<T> {
         }))
     }
 
-    /// The session the hold lives on, and its fencing token: the caller keeps the hold.
-    fn claim(mut self) -> Option<(Arc<SessionOf<T>>, u64)> {
-        self.0.take().map(|lock| (lock.session, lock.fence))
+    /// The session the hold lives on, its lock on the server and its fencing token: the
+    /// caller keeps the hold.
+    fn claim(mut self) -> Option<(Arc<SessionOf<T>>, T::Key, u64)> {
+        self.0
+            .take()
+            .map(|lock| (lock.session, lock.key, lock.fence))
     }
 }
 
@@ -161,7 +173,7 @@ impl<T: Server> Drop for Taken<T> {
                     if store.unlock(&session, &key, kind).await.is_err() {
                         session.state().end();
                     }
-                    session.state().hold_given_back();
+                    session.state().hold_given_back(&key);
                 },
                 &runtime,
             );
@@ -178,17 +190,26 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     let name = request.key.as_str();
     let key = store.key(name)?;
     let locks = store.locks();
-    let gate = key.to_string();
-    let entered = timeout_at(request.deadline, locks.gates.enter(&gate, request.kind)).await;
-    let Ok(pass) = entered else {
-        return Ok(Outcome::Held { holder_ttl: None });
+    let pass = match request.kind {
+        // A permit needs no gate: its statement takes a slot that nobody holds.
+        LockKind::Semaphore { .. } => None,
+        kind => match timeout_at(request.deadline, locks.gates.enter(&key.to_string(), kind)).await
+        {
+            Ok(pass) => Some(pass),
+            Err(_) => return Ok(Outcome::Held { holder_ttl: None }),
+        },
     };
     let abandoned = CancellationToken::new();
     let _abandon_when_dropped = abandoned.clone().drop_guard();
     let (sender, taken) = oneshot::channel();
-    let (owned, request_owned, key_owned) = (store.clone(), request.clone(), key.clone());
+    let (owned, request_owned) = (store.clone(), request.clone());
     locks.sessions.background.spawn(async move {
-        let taken = take(&owned, &request_owned, &key_owned, abandoned).await;
+        let taken = match request_owned.kind {
+            LockKind::Semaphore { permits } => {
+                owned.take_permit(&request_owned, permits, abandoned).await
+            }
+            _ => take(&owned, &request_owned, &key, abandoned).await,
+        };
         let _ = sender.send(taken);
     });
     let taken = taken
@@ -200,33 +221,35 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
             )
         })??
         .and_then(Taken::claim);
-    let Some((session, fence)) = taken else {
+    let Some((session, key, fence)) = taken else {
         drop(pass);
         locks.gates.tidy();
         return Ok(Outcome::Held { holder_ttl: None });
     };
     let lost = locks
         .holds
-        .insert(&request.token, session, key, request.kind, Some(pass));
+        .insert(&request.token, session, key, request.kind, pass);
     Ok(Outcome::Acquired(Acquired::session(fence, lost)))
 }
 
-/// One attempt on a shared session (an idle one, if any); then, unless the deadline has
-/// passed, a wait inside the server on a session of its own, this store's only one on the
-/// lock, and so on until the deadline. While no session can be lent to wait on, another
-/// attempt each time a hold is given back.
+/// One attempt on a shared session (an idle one, if any) that neither holds the lock nor
+/// is taking it; then, unless the deadline has passed, a wait inside the server on a
+/// session of its own, this store's only one on the lock, and so on until the deadline.
+/// While no session can be lent to wait on, another attempt each time a hold is given
+/// back.
 async fn take<T: Server>(
     store: &T,
     request: &Acquire,
     key: &T::Key,
     abandoned: CancellationToken,
 ) -> Result<Option<Taken<T>>, LockError> {
-    let (name, kind, deadline) = (request.key.as_str(), request.kind, request.deadline);
+    let (kind, deadline) = (request.kind, request.deadline);
     let locks = store.locks();
     loop {
-        if let Some(session) = locks.sessions.for_attempt().await?
-            && let Some(fence) = store.once(&session, name, key, kind).await?
+        if let Some(serving) = locks.sessions.for_taking(key.clone()).await?
+            && let Some(fence) = store.once(&serving.session, request, key).await?
         {
+            let session = serving.session.clone();
             return Ok(Some(Taken::new(store, session, key, kind, fence)));
         }
         if Instant::now() >= deadline || abandoned.is_cancelled() {
@@ -243,12 +266,12 @@ async fn take<T: Server>(
         };
         let session = waiting.session.clone();
         let fence = store
-            .wait(&session, name, key, kind, deadline, abandoned.clone())
+            .wait(&session, request, key, abandoned.clone())
             .await?;
         if let Some(fence) = fence {
             return Ok(Some(Taken::new(store, session, key, kind, fence)));
         }
-        if abandoned.is_cancelled() {
+        if Instant::now() >= deadline || abandoned.is_cancelled() {
             return Ok(None);
         }
         // A server that rounds the wait's timeout may give up before the deadline: once
@@ -269,7 +292,7 @@ pub(crate) async fn release<T: Server>(store: &T, token: &str) -> Result<bool, L
     } else {
         store.unlock(&session, &held.key, held.kind).await
     };
-    session.state().hold_given_back();
+    session.state().hold_given_back(&held.key);
     drop(held);
     locks.gates.tidy();
     match freed {

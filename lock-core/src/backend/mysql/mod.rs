@@ -93,7 +93,7 @@ pub use builder::{
 pub use name::{MAX_NAME_CHARS, NameMapping};
 use session::{Connect, Session};
 
-use crate::backend::session_locks::{self, Server, SessionLocks};
+use crate::backend::session_locks::{self, Server, SessionLocks, Taken};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
@@ -151,7 +151,7 @@ impl MySqlStore {
     }
 
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(session) = self.0.locks.sessions.for_attempt().await? else {
+        let Some(serving) = self.0.locks.sessions.for_attempt().await? else {
             return Ok(());
         };
         let sql = format!(
@@ -159,7 +159,8 @@ impl MySqlStore {
              token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
             self.0.fence_table
         );
-        session
+        serving
+            .session
             .run(|conn| Box::pin(conn.query_drop(sql)))
             .await
             .map_err(|e| {
@@ -176,8 +177,9 @@ impl MySqlStore {
 
 /// Every lock is exclusive: the kind is not the server's business.
 impl Server for MySqlStore {
-    type Connector = Connect;
     type Key = String;
+    type Session = Session;
+    type Connector = Connect;
 
     const NAME: &'static str = "mysql";
 
@@ -192,9 +194,8 @@ impl Server for MySqlStore {
     async fn once(
         &self,
         session: &Session,
-        _: &str,
+        _: &Acquire,
         key: &String,
-        _: LockKind,
     ) -> Result<Option<u64>, LockError> {
         take::once(session, &self.0.fence_table, key).await
     }
@@ -202,14 +203,26 @@ impl Server for MySqlStore {
     async fn wait(
         &self,
         session: &Session,
-        _: &str,
+        request: &Acquire,
         key: &String,
-        _: LockKind,
-        deadline: Instant,
         abandoned: CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (connect, table) = (&self.0.locks.sessions.connector, &self.0.fence_table);
-        take::wait(session, connect, table, key, deadline, abandoned).await
+        take::wait(session, connect, table, key, request.deadline, abandoned).await
+    }
+
+    /// Never called: semaphores are unsupported.
+    async fn take_permit(
+        &self,
+        request: &Acquire,
+        _: u32,
+        _: CancellationToken,
+    ) -> Result<Option<Taken<Self>>, LockError> {
+        Err(LockError::Unsupported {
+            key: request.key.as_str().into(),
+            store: "mysql".into(),
+            kind: request.kind,
+        })
     }
 
     async fn unlock(

@@ -29,11 +29,13 @@ pub(crate) struct Connect {
 pub(crate) struct Session {
     conn: Mutex<Option<Conn>>,
     pub(super) id: u32,
-    state: SessionState,
+    state: SessionState<String>,
 }
 
 impl sessions::Session for Session {
-    fn state(&self) -> &SessionState {
+    type Key = String;
+
+    fn state(&self) -> &SessionState<String> {
         &self.state
     }
 
@@ -79,7 +81,7 @@ impl Connector for Connect {
 
     /// Opens a session, leased, with its marker lock and its watch, and tends it until
     /// it ends.
-    async fn open(&self, state: SessionState) -> Result<Arc<Session>, LockError> {
+    async fn open(&self, state: SessionState<String>) -> Result<Arc<Session>, LockError> {
         let lease = self.lease.as_secs();
         let mut init = self.opts.init().to_vec();
         init.push(format!("SET SESSION wait_timeout = {lease}"));

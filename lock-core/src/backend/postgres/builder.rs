@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Config;
@@ -125,6 +126,7 @@ impl PostgresStoreBuilder {
         let connect = Connect {
             config,
             lease: self.session_lease,
+            released: Arc::default(),
         };
         PostgresStore::connect(
             connect,

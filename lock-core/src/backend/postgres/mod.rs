@@ -119,7 +119,6 @@
 //! with every other hold on them.
 
 mod builder;
-mod holds;
 mod key;
 mod operator;
 mod semaphore;
@@ -129,20 +128,17 @@ mod take;
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::{
     DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, PostgresStoreBuilder,
 };
-use holds::Holds;
 pub use key::{AdvisoryKey, KeyMapping};
-use session::{Connect, Lent, Sessions};
-use take::Taken;
+use session::{Connect, Session};
 
-use crate::backend::gates::Gates;
-use crate::backend::store::{Acquire, Acquired, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::session_locks::{self, Server, SessionLocks, Taken};
+use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks as PostgreSQL advisory locks: see the [module docs](crate::backend::postgres)
@@ -154,11 +150,9 @@ pub struct PostgresStore(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
-    sessions: Sessions,
+    locks: SessionLocks<PostgresStore>,
     fence_table: String,
     mapping: KeyMapping,
-    gates: Gates,
-    holds: Holds,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -182,7 +176,7 @@ impl PostgresStore {
     /// them reports [`lost`](crate::LockGuard::lost). The next acquisition opens a new
     /// session.
     pub fn end_session(&self) {
-        self.0.sessions.end_all();
+        self.0.locks.sessions.end_all();
     }
 
     /// Opens the first session and creates the fence table if it is missing.
@@ -193,11 +187,9 @@ impl PostgresStore {
         mapping: KeyMapping,
     ) -> Result<Self, LockError> {
         let store = Self(Arc::new(Inner {
-            sessions: Sessions::new(connect, max_connections),
+            locks: SessionLocks::new(connect, max_connections),
             fence_table,
             mapping,
-            gates: Gates::default(),
-            holds: Holds::default(),
         }));
         store.create_fence_table().await?;
         Ok(store)
@@ -208,7 +200,7 @@ impl PostgresStore {
     /// `ALTER TABLE` would wait for every statement under way on the table, and hold up
     /// every later one meanwhile.
     async fn create_fence_table(&self) -> Result<(), LockError> {
-        let Some(serving) = self.0.sessions.for_attempt().await? else {
+        let Some(serving) = self.0.locks.sessions.for_attempt().await? else {
             return Ok(());
         };
         let table = &self.0.fence_table;
@@ -236,106 +228,6 @@ impl PostgresStore {
             )
         })
     }
-
-    /// Takes the lock on the server, in a task of its own, so that an acquire dropped
-    /// at any point leaves no lock behind: what the task takes after that is given back.
-    async fn acquire_lock(&self, request: &Acquire) -> Result<Outcome, LockError> {
-        let name = request.key.as_str();
-        let pass = match request.kind {
-            // A permit needs no gate: its statement takes a slot that nobody holds.
-            LockKind::Semaphore { .. } => None,
-            kind => match timeout_at(request.deadline, self.0.gates.enter(name, kind)).await {
-                Ok(pass) => Some(pass),
-                Err(_) => return Ok(Outcome::Held { holder_ttl: None }),
-            },
-        };
-        let abandoned = CancellationToken::new();
-        let _abandon_when_dropped = abandoned.clone().drop_guard();
-        let (sender, taken) = oneshot::channel();
-        let store = self.clone();
-        let request_owned = request.clone();
-        self.0.sessions.background.spawn(async move {
-            let taken = match request_owned.kind {
-                LockKind::Semaphore { permits } => {
-                    store.take_permit(&request_owned, permits, abandoned).await
-                }
-                _ => store.take(&request_owned, abandoned).await,
-            };
-            let _ = sender.send(taken);
-        });
-        let taken = taken
-            .await
-            .map_err(|e| take::failed_task(name, e))??
-            .and_then(Taken::claim);
-        let Some((session, key, fence)) = taken else {
-            drop(pass);
-            self.0.gates.tidy();
-            return Ok(Outcome::Held { holder_ttl: None });
-        };
-        let lost = self
-            .0
-            .holds
-            .insert(&request.token, session, key, request.kind, pass);
-        Ok(Outcome::Acquired(Acquired::session(fence, lost)))
-    }
-
-    /// One attempt on a shared session; then, unless the deadline has passed, a wait
-    /// inside the server on a session of its own, this store's only one on the name.
-    /// While no session can be lent to wait on, another attempt each time a hold is
-    /// given back.
-    async fn take(
-        &self,
-        request: &Acquire,
-        abandoned: CancellationToken,
-    ) -> Result<Option<Taken>, LockError> {
-        let name = request.key.as_str();
-        let key = self.0.mapping.key(name);
-        let table = &self.0.fence_table;
-        loop {
-            if let Some(serving) = self.0.sessions.for_taking(key).await?
-                && let Some(taken) = take::once(&serving.session, table, request, key).await?
-            {
-                return Ok(Some(taken));
-            }
-            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
-                return Ok(None);
-            }
-            let Ok(_turn) = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await else {
-                return Ok(None);
-            };
-            let waiting = match self.0.sessions.for_wait(request.deadline).await? {
-                Lent::Session(waiting) => waiting,
-                Lent::Freed => continue,
-                Lent::Nothing => return Ok(None),
-            };
-            let session = waiting.session.clone();
-            return take::wait(session, table, request, key, abandoned).await;
-        }
-    }
-
-    async fn release_hold(&self, token: &str) -> Result<bool, LockError> {
-        let Some(held) = self.0.holds.release(token) else {
-            return Ok(false);
-        };
-        let session = held.session.clone();
-        let freed = if session.has_ended() {
-            Ok(false)
-        } else {
-            take::unlock(&session.client, held.key, held.kind).await
-        };
-        session.hold_given_back(held.key);
-        drop(held);
-        self.0.gates.tidy();
-        match freed {
-            Ok(freed) => Ok(freed),
-            Err(_) if session.has_ended() => Ok(false),
-            Err(e) => {
-                // Whether it was freed is unknown: ending the session frees it.
-                session.end();
-                Err(LockError::backend("postgres: cannot release a lock", e))
-            }
-        }
-    }
 }
 
 /// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at
@@ -351,6 +243,61 @@ fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|code| exists.contains(code))
 }
 
+impl Server for PostgresStore {
+    type Key = AdvisoryKey;
+    type Session = Session;
+    type Connector = Connect;
+
+    const NAME: &'static str = "postgres";
+
+    fn locks(&self) -> &SessionLocks<Self> {
+        &self.0.locks
+    }
+
+    fn key(&self, name: &str) -> Result<AdvisoryKey, LockError> {
+        Ok(self.0.mapping.key(name))
+    }
+
+    async fn once(
+        &self,
+        session: &Session,
+        request: &Acquire,
+        key: &AdvisoryKey,
+    ) -> Result<Option<u64>, LockError> {
+        take::once(session, &self.0.fence_table, request, *key).await
+    }
+
+    async fn wait(
+        &self,
+        session: &Session,
+        request: &Acquire,
+        key: &AdvisoryKey,
+        abandoned: CancellationToken,
+    ) -> Result<Option<u64>, LockError> {
+        take::wait(session, &self.0.fence_table, request, *key, abandoned).await
+    }
+
+    async fn take_permit(
+        &self,
+        request: &Acquire,
+        permits: u32,
+        abandoned: CancellationToken,
+    ) -> Result<Option<Taken<Self>>, LockError> {
+        self.take_permit(request, permits, abandoned).await
+    }
+
+    async fn unlock(
+        &self,
+        session: &Session,
+        key: &AdvisoryKey,
+        kind: LockKind,
+    ) -> Result<bool, LockError> {
+        take::unlock(&session.client, *key, kind)
+            .await
+            .map_err(|e| LockError::backend("postgres: cannot release a lock", e))
+    }
+}
+
 impl Store for PostgresStore {
     fn name(&self) -> &str {
         "postgres"
@@ -362,11 +309,11 @@ impl Store for PostgresStore {
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
-        Box::pin(self.acquire_lock(request))
+        Box::pin(session_locks::acquire(self, request))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_hold(hold.token))
+        Box::pin(session_locks::release(self, hold.token))
     }
 
     /// The stored count (or `permits`) less the permits held, by anyone.
@@ -385,7 +332,7 @@ impl Store for PostgresStore {
 
     /// Whether the hold's session lives.
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(std::future::ready(Ok(self.0.holds.is_live(hold.token))))
+        Box::pin(std::future::ready(Ok(self.0.locks.is_held(hold.token))))
     }
 
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
@@ -405,11 +352,6 @@ impl Store for PostgresStore {
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        let background = &self.0.sessions.background;
-        Box::pin(async move {
-            background.close();
-            background.wait().await;
-            background.reopen();
-        })
+        Box::pin(self.0.locks.flush())
     }
 }

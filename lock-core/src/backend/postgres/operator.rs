@@ -28,7 +28,7 @@ impl PostgresStore {
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
         let slots = Slots::of(key.as_str()).classid();
-        let client = self.0.sessions.connect_once().await?;
+        let client = self.0.locks.sessions.connector.once().await?;
         let permits = permits_held("$4");
         let names_lock = key_locks(1);
         let sql = format!(
@@ -84,10 +84,10 @@ impl PostgresStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let rows = match self.0.sessions.for_attempt().await? {
+        let rows = match self.0.locks.sessions.for_attempt().await? {
             Some(serving) => serving.session.client.query(sql, params).await,
             None => {
-                let client = self.0.sessions.connect_once().await?;
+                let client = self.0.locks.sessions.connector.once().await?;
                 client.query(sql, params).await
             }
         };

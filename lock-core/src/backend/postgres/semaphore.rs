@@ -14,7 +14,9 @@ use super::PostgresStore;
 use super::key::{AdvisoryKey, KeyMapping};
 use super::operator::key_locks;
 use super::session::Session;
-use super::take::{Taken, failed};
+use super::take::failed;
+use crate::backend::session_locks::Taken;
+use crate::backend::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKey, LockKind};
 
@@ -88,15 +90,15 @@ impl PostgresStore {
         request: &Acquire,
         permits: u32,
         abandoned: CancellationToken,
-    ) -> Result<Option<Taken>, LockError> {
+    ) -> Result<Option<Taken<Self>>, LockError> {
         let name = request.key.as_str();
         let slots = Slots::of(name);
         let mut turn = None;
         loop {
-            let released = self.0.sessions.released.notified();
+            let released = self.0.locks.sessions.connector.released.notified();
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
-            if let Some(serving) = self.0.sessions.for_attempt().await?
+            if let Some(serving) = self.0.locks.sessions.for_attempt().await?
                 && let Some(taken) = self
                     .attempt_permit(&serving.session, &request.key, slots, permits)
                     .await?
@@ -107,7 +109,9 @@ impl PostgresStore {
                 return Ok(None);
             }
             if turn.is_none() {
-                let waited = timeout_at(request.deadline, self.0.gates.wait_turn(name)).await;
+                let gate = self.0.mapping.key(name).to_string();
+                let waited =
+                    timeout_at(request.deadline, self.0.locks.gates.wait_turn(&gate)).await;
                 let Ok(mine) = waited else {
                     return Ok(None);
                 };
@@ -130,7 +134,7 @@ impl PostgresStore {
         key: &LockKey,
         slots: Slots,
         permits: u32,
-    ) -> Result<Option<Taken>, LockError> {
+    ) -> Result<Option<Taken<Self>>, LockError> {
         let table = &self.0.fence_table;
         let held = permits_held("$4");
         let names_lock = key_locks(5);
@@ -190,7 +194,7 @@ impl PostgresStore {
             Ok(Some(row)) => row,
             Ok(None) => return Ok(None),
             Err(e) => {
-                session.end();
+                session.state().end();
                 return Err(failed(name, "take a permit", e));
             }
         };
@@ -198,9 +202,11 @@ impl PostgresStore {
             let slot = u32::try_from(slot).unwrap_or_default();
             let fence = u64::try_from(fence).unwrap_or_default();
             let kind = LockKind::Semaphore { permits };
+            let slot_key = slots.key(slot);
             return Ok(Some(Taken::new(
+                self,
                 session.clone(),
-                slots.key(slot),
+                &slot_key,
                 kind,
                 fence,
             )));

@@ -3,8 +3,6 @@
 //! that takes the lock, and giving the lock back at once, in that statement, if a permit
 //! of the name is held (see the [module docs](super) for why that keeps the kinds apart).
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -14,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::key::AdvisoryKey;
 use super::semaphore::{self, Slots};
 use super::session::Session;
+use crate::backend::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKind};
 
@@ -26,89 +25,45 @@ pub(super) enum Attempt {
     Wait,
 }
 
-/// A lock taken on `session`, with its fencing token. Dropped unclaimed (its acquire
-/// was dropped), it gives the lock back in the background.
-#[derive(Debug)]
-pub(super) struct Taken(Option<(Arc<Session>, AdvisoryKey, LockKind, u64)>);
-
-impl Taken {
-    pub(super) fn new(session: Arc<Session>, key: AdvisoryKey, kind: LockKind, fence: u64) -> Self {
-        session.hold_taken(key);
-        Self(Some((session, key, kind, fence)))
-    }
-
-    /// The session the hold lives on, its advisory key and its fencing token: the
-    /// caller keeps the hold.
-    pub(super) fn claim(mut self) -> Option<(Arc<Session>, AdvisoryKey, u64)> {
-        self.0
-            .take()
-            .map(|(session, key, _, fence)| (session, key, fence))
-    }
-}
-
-impl Drop for Taken {
-    fn drop(&mut self) {
-        let Some((session, key, kind, _)) = self.0.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let background = session.background.clone();
-            background.spawn_on(
-                async move {
-                    if unlock(&session.client, key, kind).await.is_err() {
-                        session.end();
-                    }
-                    session.hold_given_back(key);
-                },
-                &runtime,
-            );
-        } else {
-            session.end();
-        }
-    }
-}
-
 /// One attempt on `session`, which other holds share, to take `key` as `request` asks:
-/// the lock, or `None` if it is held. A statement that fails may have taken the lock, so
-/// its session is ended.
+/// its fencing token, or `None` if it is held. A statement that fails may have taken the
+/// lock, so its session is ended.
 pub(super) async fn once(
-    session: &Arc<Session>,
+    session: &Session,
     table: &str,
     request: &Acquire,
     key: AdvisoryKey,
-) -> Result<Option<Taken>, LockError> {
+) -> Result<Option<u64>, LockError> {
     let sql = take_sql(table, key, request.kind, Attempt::Once);
     match fence(session, &sql, request, key).await {
-        Ok(fence) => Ok(fence.map(|f| Taken::new(session.clone(), key, request.kind, f))),
+        Ok(fence) => Ok(fence),
         Err(e) => {
-            session.end();
+            session.state().end();
             Err(failed(request.key.as_str(), "take it", e))
         }
     }
 }
 
 /// Waits inside the server on `session`, which holds nothing else, until the request's
-/// deadline: the lock, or `None` if it was still held then or the wait was `abandoned`
+/// deadline: its fencing token, or `None` if it was still held then or the wait was `abandoned`
 /// (which cancels the statement and retires the session). Each time the lock is granted
 /// while a permit of the name is held, it is given back and waited for again once a
 /// permit is announced given back, or after [`semaphore::POLL`].
 pub(super) async fn wait(
-    session: Arc<Session>,
+    session: &Session,
     table: &str,
     request: &Acquire,
     key: AdvisoryKey,
     abandoned: CancellationToken,
-) -> Result<Option<Taken>, LockError> {
+) -> Result<Option<u64>, LockError> {
     let sql = take_sql(table, key, request.kind, Attempt::Wait);
     let announced = session.released.clone();
     loop {
         let released = announced.notified();
         let mut released = std::pin::pin!(released);
         released.as_mut().enable();
-        match wait_once(&session, &sql, request, key, &abandoned).await? {
-            Waited::Taken(fence) => {
-                return Ok(Some(Taken::new(session, key, request.kind, fence)));
-            }
+        match wait_once(session, &sql, request, key, &abandoned).await? {
+            Waited::Taken(fence) => return Ok(Some(fence)),
             Waited::Nothing => return Ok(None),
             Waited::GaveWay => {}
         }
@@ -174,7 +129,7 @@ async fn wait_once(
                 .batch_execute("SELECT pg_advisory_unlock_all()")
                 .await;
             if unlocked.is_err() {
-                session.end();
+                session.state().end();
             }
             let gave_up = [SqlState::LOCK_NOT_AVAILABLE, SqlState::QUERY_CANCELED];
             match e.code() {
@@ -197,7 +152,7 @@ async fn retire(session: &Session) {
             break;
         }
     }
-    session.end();
+    session.state().end();
 }
 
 /// Gives back one hold of `key` on the session of `client`: whether it held one. A
@@ -297,12 +252,4 @@ fn key_args(key: AdvisoryKey, first: usize) -> String {
 /// The error of a statement about the lock `name` that failed while `doing`.
 pub(super) fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
     LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
-}
-
-/// The error of an acquire whose task ended without an answer.
-pub(super) fn failed_task(name: &str, error: tokio::sync::oneshot::error::RecvError) -> LockError {
-    LockError::backend(
-        format!("postgres lock {name:?}: the acquire ended early"),
-        error,
-    )
 }
