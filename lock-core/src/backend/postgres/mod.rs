@@ -292,7 +292,7 @@ impl Server for PostgresStore {
         key: &AdvisoryKey,
         kind: LockKind,
     ) -> Result<bool, LockError> {
-        take::unlock(&session.client, *key, kind)
+        take::unlock(session, *key, kind)
             .await
             .map_err(|e| LockError::backend("postgres: cannot release a lock", e))
     }

@@ -4,9 +4,9 @@
 //! of the name is held (see the [module docs](super) for why that keeps the kinds apart).
 
 use tokio::time::Instant;
+use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
 use super::key::AdvisoryKey;
@@ -155,10 +155,10 @@ async fn retire(session: &Session) {
     session.state().end();
 }
 
-/// Gives back one hold of `key` on the session of `client`: whether it held one. A
+/// Gives back one hold of `key` on `session`: whether it held one. A
 /// permit given back is announced, for the waiters of every store.
 pub(super) async fn unlock(
-    client: &Client,
+    session: &Session,
     key: AdvisoryKey,
     kind: LockKind,
 ) -> Result<bool, tokio_postgres::Error> {
@@ -171,9 +171,11 @@ pub(super) async fn unlock(
         _ => String::new(),
     };
     let sql = format!("SELECT {function}({}){announce}", key_args(key, 1));
+    let statement = session.prepare(&sql).await?;
+    let client = &session.client;
     let row = match key {
-        AdvisoryKey::Bigint(k) => client.query_one(&sql, &[&k]).await?,
-        AdvisoryKey::Pair(high, low) => client.query_one(&sql, &[&high, &low]).await?,
+        AdvisoryKey::Bigint(k) => client.query_one(&statement, &[&k]).await?,
+        AdvisoryKey::Pair(high, low) => client.query_one(&statement, &[&high, &low]).await?,
     };
     row.try_get(0)
 }
