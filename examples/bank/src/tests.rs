@@ -527,8 +527,8 @@ async fn the_store_refuses_stale_fencing_tokens_on_postgres() {
 
 /// The table of the balances, as a fresh database gets it from replicas that start at
 /// once: each creates it unless it exists, and none fails for another's doing so. Here
-/// the first creates it in a transaction left open until the others wait on its catalog
-/// rows; it then commits, and they find theirs taken.
+/// the first creates it in a transaction left open until the others wait for their turn;
+/// it then commits, and they find the table there.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_starting_at_once_create_the_table_on_a_fresh_postgres() {
     const OTHERS: usize = 4;
@@ -549,7 +549,7 @@ async fn replicas_starting_at_once_create_the_table_on_a_fresh_postgres() {
     eventually(DEADLINE, "the others to wait for the first", || async {
         let waiting = postgres.psql(
             "SELECT count(*) FROM pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE TABLE%'",
+             WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT pg_advisory_xact_lock%'",
         );
         waiting.unwrap() == OTHERS.to_string()
     })

@@ -18,7 +18,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use lock_core::bb8::{self, ManageConnection, Pool};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
 
@@ -30,7 +29,11 @@ pub(crate) const LOCK_CONNECTIONS: usize = lock_core::backend::postgres::DEFAULT
 pub(crate) const BALANCE_CONNECTIONS: u32 = 8;
 
 /// The accounts: `fence` is the newest fencing token that has read or written the row.
-pub(crate) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS bank_accounts (
+/// Created under a transaction's advisory lock, so that replicas starting at once on a
+/// fresh database take turns, and the later ones find the table there (two that both
+/// found it missing would both create it, and the second be refused).
+pub(crate) const CREATE_TABLE: &str = "SELECT pg_advisory_xact_lock(hashtext('bank_accounts'));
+CREATE TABLE IF NOT EXISTS bank_accounts (
     id text PRIMARY KEY,
     balance bigint NOT NULL,
     fence bigint NOT NULL
@@ -84,15 +87,10 @@ impl Balances {
         Ok(balances)
     }
 
-    /// Creates the table unless it exists. Two replicas starting at once may both try,
-    /// and both find it missing: the one that comes second is then refused once the first
-    /// has committed it, with an error that says it exists.
+    /// Creates the table unless it exists: one batch, so one transaction.
     async fn create_table(&self) -> Result<(), StoreError> {
         let conn = self.0.get().await.map_err(pool_failed)?;
-        match conn.batch_execute(CREATE_TABLE).await {
-            Err(e) if !created_meanwhile(&e) => Err(failed(e)),
-            _ => Ok(()),
-        }
+        conn.batch_execute(CREATE_TABLE).await.map_err(failed)
     }
 
     pub(crate) async fn balance(&self, id: &str, fence: u64) -> Result<i64, StoreError> {
@@ -162,19 +160,6 @@ impl Balances {
         transaction.commit().await.map_err(failed)?;
         Ok(true)
     }
-}
-
-/// Whether `CREATE TABLE IF NOT EXISTS` failed because another session created the table
-/// meanwhile: the server says so in one of three ways, as the two met on the table's row
-/// type (`duplicate_object`), on its name (`duplicate_table`) or in a catalog's unique index
-/// (`unique_violation`).
-fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
-    let exists = [
-        SqlState::DUPLICATE_OBJECT,
-        SqlState::DUPLICATE_TABLE,
-        SqlState::UNIQUE_VIOLATION,
-    ];
-    e.code().is_some_and(|code| exists.contains(code))
 }
 
 /// A fencing token as the `bigint` column keeps it. The lock store's tokens are bigints
