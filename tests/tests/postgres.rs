@@ -96,6 +96,72 @@ async fn a_foreign_holder_of_distributed_locks_key_makes_us_wait_and_the_other_w
     }
 }
 
+/// The `psql` binary as the foreign client: it takes the advisory key of a hashed name,
+/// holds it until the test lets it go on (by a second key the test holds), and unlocks
+/// it; our waiter, queued in Postgres behind it, gets the lock on that unlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_psql_holds_makes_us_wait_until_psql_unlocks_it() {
+    let server = Arc::new(PostgresServer::spawn());
+    let locker = Locker::postgres(&server.url()).await.unwrap();
+    let name = "billing.balance:42";
+    let AdvisoryKey::Bigint(key) = KeyMapping::DistributedLock.key(name) else {
+        panic!("{name} is a hashed name, one bigint");
+    };
+    let go_on = AdvisoryKey::Bigint(42);
+    let peer = foreign(&server).await;
+    run(&peer, &call("pg_advisory_lock", go_on)).await;
+    let psql = {
+        let server = server.clone();
+        std::thread::spawn(move || {
+            server.psql_with_timeout(
+                &format!(
+                    "SELECT pg_advisory_lock({key}::int8); SELECT pg_advisory_lock(42::int8); \
+                     SELECT pg_advisory_unlock({key}::int8)"
+                ),
+                Duration::from_secs(30),
+            )
+        })
+    };
+    eventually(PATIENCE, "psql to hold the lock", || {
+        let locker = locker.clone();
+        async move { locker.inspect(name).await.ok().flatten().is_some() }
+    })
+    .await;
+    assert!(
+        locker.try_lock(name).await.unwrap().is_none(),
+        "taken beside psql"
+    );
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock_with(name, LockOptions::new().wait(PATIENCE * 2))
+                .await
+        })
+    };
+    eventually(PATIENCE, "our waiter in Postgres's queue", || {
+        let locker = locker.clone();
+        async move {
+            let info = locker.inspect(name).await.ok().flatten();
+            info.and_then(|info| info.waiting) == Some(1)
+        }
+    })
+    .await;
+    run(&peer, &call("pg_advisory_unlock", go_on)).await;
+    let guard = timeout(PATIENCE, waiter)
+        .await
+        .expect("psql's unlock never woke our waiter")
+        .unwrap()
+        .unwrap();
+    let printed = psql.join().unwrap().unwrap();
+    assert_eq!(
+        printed.lines().last(),
+        Some("t"),
+        "psql's unlock: {printed:?}"
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_backend_loses_every_hold_on_it_at_once() {
     let server = PostgresServer::spawn();
