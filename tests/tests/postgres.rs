@@ -34,6 +34,20 @@ fn call(function: &str, key: AdvisoryKey) -> String {
     }
 }
 
+/// A `Locker` on a store of at most `max` connections to `server`.
+async fn bounded_locker(server: &PostgresServer, max: usize) -> Locker {
+    let store = PostgresStore::builder(&server.url())
+        .max_connections(max)
+        .build()
+        .await
+        .unwrap();
+    Locker::builder()
+        .store(Arc::new(store))
+        .build()
+        .await
+        .unwrap()
+}
+
 async fn run(client: &Client, sql: &str) -> String {
     let row = client.query_one(sql, &[]).await.expect(sql);
     row.get::<_, Option<String>>(0).unwrap_or_default()
@@ -215,16 +229,7 @@ async fn many_tasks_on_many_keys_stay_within_the_connection_bound() {
     const KEYS: usize = 100;
     const TASKS: usize = 1_000;
     let server = Arc::new(PostgresServer::spawn());
-    let store = PostgresStore::builder(&server.url())
-        .max_connections(MAX)
-        .build()
-        .await
-        .unwrap();
-    let locker = Locker::builder()
-        .store(Arc::new(store))
-        .build()
-        .await
-        .unwrap();
+    let locker = bounded_locker(&server, MAX).await;
     let peak = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
@@ -447,16 +452,7 @@ async fn reads_of_one_name_beyond_the_connection_bound_wait_their_turn() {
     const MAX: usize = 2;
     const READERS: usize = 6;
     let server = PostgresServer::spawn();
-    let store = PostgresStore::builder(&server.url())
-        .max_connections(MAX)
-        .build()
-        .await
-        .unwrap();
-    let locker = Locker::builder()
-        .store(Arc::new(store))
-        .build()
-        .await
-        .unwrap();
+    let locker = bounded_locker(&server, MAX).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..READERS)
