@@ -176,6 +176,12 @@ pub async fn dropped_guards_of_every_kind_free_their_hold(store: &impl StoreUnde
         LockKind::Write,
         LockKind::Semaphore { permits: 1 },
     ];
+    // A kind that every other excludes.
+    let next = if has_kind(&b, LockKind::Write).await {
+        LockKind::Write
+    } else {
+        LockKind::Exclusive
+    };
     for (i, kind) in kinds.into_iter().enumerate() {
         if !has_kind(&a, kind).await {
             continue;
@@ -185,7 +191,7 @@ pub async fn dropped_guards_of_every_kind_free_their_hold(store: &impl StoreUnde
         let opts = LockOptions::new().kind(kind).lease(60 * SEC);
         drop(a.lock_with(&key, opts).await.unwrap());
         let next = b
-            .lock_with(&key, opts.kind(LockKind::Write).wait(PATIENCE))
+            .lock_with(&key, opts.kind(next).wait(PATIENCE))
             .await
             .unwrap_or_else(|e| panic!("a dropped {kind} guard kept its hold: {e}"));
         next.release().await.unwrap();
