@@ -6,10 +6,13 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::oneshot;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::gates::Gates;
@@ -17,6 +20,10 @@ use crate::backend::holds::Holds;
 use crate::backend::sessions::{Connector, Lent, Session, Sessions};
 use crate::backend::store::{Acquire, Acquired, Outcome};
 use crate::{LockError, LockKind};
+
+/// How often a permit's waiter tries again when no release was announced: a holder's
+/// session may have ended, which frees its permit without a word.
+pub(crate) const POLL: Duration = Duration::from_millis(250);
 
 /// A session of the store `T`.
 pub(crate) type SessionOf<T> = <T as Server>::Session;
@@ -303,5 +310,22 @@ pub(crate) async fn release<T: Server>(store: &T, token: &str) -> Result<bool, L
             session.state().end();
             Err(e)
         }
+    }
+}
+
+/// Waits for the next try of an acquire kept out by a permit, or waiting for one: until
+/// a permit is announced given back (`released`, listened for since before the try that
+/// failed) or [`POLL`] passes. `false` once `deadline` passes or the acquire is
+/// `abandoned`.
+pub(crate) async fn retry(
+    released: Pin<&mut Notified<'_>>,
+    deadline: Instant,
+    abandoned: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        () = released => true,
+        () = sleep(POLL) => true,
+        () = sleep_until(deadline) => false,
+        () = abandoned.cancelled() => false,
     }
 }

@@ -2,11 +2,7 @@
 //! whose count is stored in the fence table's row of the name; each attempt gives way to
 //! a hold of the name's own key. See the [module docs](super#semaphores) for the design.
 
-use std::pin::Pin;
-use std::time::Duration;
-
-use tokio::sync::futures::Notified;
-use tokio::time::{Instant, sleep, sleep_until, timeout_at};
+use tokio::time::{Instant, timeout_at};
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
@@ -15,34 +11,13 @@ use super::key::{AdvisoryKey, KeyMapping};
 use super::operator::key_locks;
 use super::session::Session;
 use super::take::failed;
-use crate::backend::session_locks::Taken;
+use crate::backend::session_locks::{Taken, retry};
 use crate::backend::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKey, LockKind};
 
 /// The channel a released permit is announced on.
 pub(super) const CHANNEL: &str = "lock_permits";
-
-/// How often a waiter tries again when no release was announced: a holder's session may
-/// have ended.
-pub(super) const POLL: Duration = Duration::from_millis(250);
-
-/// Waits for the next try of an acquire kept out by a permit, or waiting for one: until
-/// a permit is announced given back (`released`, listened for since before the try that
-/// failed) or [`POLL`] passes. `false` once `deadline` passes or the acquire is
-/// `abandoned`.
-pub(super) async fn retry(
-    released: Pin<&mut Notified<'_>>,
-    deadline: Instant,
-    abandoned: &CancellationToken,
-) -> bool {
-    tokio::select! {
-        () = released => true,
-        () = sleep(POLL) => true,
-        () = sleep_until(deadline) => false,
-        () = abandoned.cancelled() => false,
-    }
-}
 
 /// The rows of `pg_locks` for the permits held of the semaphore whose slots' upper half,
 /// as `pg_locks` shows it, is `$classid`.
@@ -83,7 +58,8 @@ impl Slots {
 
 impl PostgresStore {
     /// One attempt on a shared session; then, unless the deadline has passed, another
-    /// each time a permit is announced released, or every [`POLL`]. Within one store,
+    /// each time a permit is announced released, or every
+    /// [`POLL`](crate::backend::session_locks::POLL). Within one store,
     /// one acquirer at a time tries again; the others queue behind it.
     pub(super) async fn take_permit(
         &self,

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::key::AdvisoryKey;
 use super::semaphore::{self, Slots};
 use super::session::Session;
+use crate::backend::session_locks;
 use crate::backend::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKind};
@@ -48,7 +49,7 @@ pub(super) async fn once(
 /// deadline: its fencing token, or `None` if it was still held then or the wait was `abandoned`
 /// (which cancels the statement and retires the session). Each time the lock is granted
 /// while a permit of the name is held, it is given back and waited for again once a
-/// permit is announced given back, or after [`semaphore::POLL`].
+/// permit is announced given back, or after [`POLL`](session_locks::POLL).
 pub(super) async fn wait(
     session: &Session,
     table: &str,
@@ -67,7 +68,7 @@ pub(super) async fn wait(
             Waited::Nothing => return Ok(None),
             Waited::GaveWay => {}
         }
-        if !semaphore::retry(released, request.deadline, &abandoned).await {
+        if !session_locks::retry(released, request.deadline, &abandoned).await {
             return Ok(None);
         }
     }
