@@ -1,8 +1,8 @@
 //! The MySQL store, on MariaDB, against what the conformance suite cannot show: the
 //! `mariadb` command-line client sharing a lock under DistributedLock's name, sessions
-//! ended by `KILL` or a server restart (fencing tokens kept), a paused holder losing its
-//! locks one lease later, and a fenced counter that loses no update while holders are
-//! killed.
+//! ended by `KILL` or a server restart (fencing tokens kept), permits coming back from a
+//! killed session and counted with a foreign client's, a paused holder losing its locks
+//! one lease later, and a fenced counter that loses no update while holders are killed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,6 +123,72 @@ async fn a_server_restart_loses_every_hold_and_keeps_the_fencing_tokens() {
         .unwrap();
     assert!(again.fencing_token() > guard.fencing_token());
     again.release().await.unwrap();
+}
+
+/// Permits are user locks on the name's slots: a session killed by an operator gives its
+/// permits back to a waiter in another store, and a foreign client is kept apart from
+/// them both ways: its hold of the name's own lock keeps permits out, and a slot it takes
+/// counts as a permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_of_a_killed_session_come_back_and_a_foreign_client_counts() {
+    let server = MariaDbServer::spawn();
+    let [a, b] = [
+        Locker::mysql(&server.url()).await.unwrap(),
+        Locker::mysql(&server.url()).await.unwrap(),
+    ];
+    let held = [
+        a.semaphore("jobs", 2).acquire().await.unwrap(),
+        a.semaphore("jobs", 2).acquire().await.unwrap(),
+    ];
+    let jobs = b.semaphore("jobs", 2);
+    assert!(
+        jobs.try_acquire().await.unwrap().is_none(),
+        "a third permit"
+    );
+    let holder = server.sql("SELECT IS_USED_LOCK('}jobs#0')").unwrap();
+    server.sql(&format!("KILL {holder}")).unwrap();
+    let permit = jobs
+        .acquire_with(LockOptions::new().wait(PATIENCE))
+        .await
+        .expect("the killed session's permit never came back");
+    for stale in &held {
+        timeout(PATIENCE, stale.lost())
+            .await
+            .expect("a permit on a killed session never reported lost");
+        assert!(permit.fencing_token() > stale.fencing_token());
+    }
+
+    let mut foreign = mysql_async::Conn::new(mysql_async::Opts::from_url(&server.url()).unwrap())
+        .await
+        .unwrap();
+    let took = |name: &'static str| format!("SELECT GET_LOCK('{name}', 0)");
+    let taken: Option<i64> = foreign.query_first(took("}jobs#1")).await.unwrap();
+    assert_eq!(taken, Some(1));
+    assert_eq!(
+        jobs.available().await.unwrap(),
+        0,
+        "the foreign slot is a permit"
+    );
+    assert!(
+        jobs.try_acquire().await.unwrap().is_none(),
+        "a third permit"
+    );
+    permit.release().await.unwrap();
+    foreign
+        .query_drop("DO RELEASE_LOCK('}jobs#1')")
+        .await
+        .unwrap();
+
+    let taken: Option<i64> = foreign.query_first(took("jobs")).await.unwrap();
+    assert_eq!(taken, Some(1));
+    assert!(
+        jobs.try_acquire().await.unwrap().is_none(),
+        "a permit beside the foreign hold of the name"
+    );
+    foreign.query_drop("DO RELEASE_LOCK('jobs')").await.unwrap();
+    let permit = jobs.try_acquire().await.unwrap().expect("a free permit");
+    permit.release().await.unwrap();
+    foreign.disconnect().await.unwrap();
 }
 
 #[test]

@@ -34,12 +34,11 @@
 //! | kind | server side |
 //! |---|---|
 //! | exclusive | `GET_LOCK` / `RELEASE_LOCK` |
-//! | fair, read, write, semaphore | unsupported |
+//! | semaphore | a `GET_LOCK` of one of the name's permit slots, its count in the fence table |
+//! | fair, read, write | unsupported |
 //!
 //! The server has no shared user lock, so no faithful read lock; and `GET_LOCK` serves
-//! its waiters in no promised order, so no fair one. A semaphore would need permits that
-//! come back when their holder dies, which user locks give, with a stored count beside
-//! them: not written yet.
+//! its waiters in no promised order, so no fair one.
 //!
 //! A wait happens inside the server: `GET_LOCK` with the time left, on a session that
 //! holds nothing else, so a release by anyone (the `mariadb` client, DistributedLock)
@@ -51,12 +50,43 @@
 //! gives up early is followed by another, and one may end up to half a second late. The
 //! store is tested against MariaDB 10.11.
 //!
+//! ## Semaphores
+//!
+//! Permit `i` (from 0) of the semaphore `K` is the user lock that
+//! [`NameMapping::DistributedLock`] names for `}L#i`, where `L` is `K`'s lock name
+//! (`}jobs#0` for `jobs`): no key starts with `}`, so no lock of a key is a slot. The
+//! count is stored in the `permits` column of the fence table's row of `L` on first use,
+//! and `slots` keeps the highest count it ever had; a handle with another count is
+//! refused ([`LockError::Config`]) until the count is changed, and a count above
+//! [`MAX_PERMITS`] is refused, as every attempt looks at each slot. An attempt reads the
+//! row, finds the first slot below the count that nobody holds (`IS_USED_LOCK`), takes
+//! it only if it is still free (a session's `GET_LOCK`s of one name stack, so it must
+//! not take a slot it holds already), and then, in the statement that draws the fencing
+//! token, counts every slot held, its own included (holders above a lowered count stay
+//! counted), and looks for a hold of `L`: if more than the count hold a slot, or `L` is
+//! held, it gives its slot back. A permit lives on its session, as every hold does: a
+//! holder that dies frees it.
+//!
+//! A hold of `L` gives way to permits in the same way: the statement that takes `L`
+//! draws no fencing token from a row with `slots` set (it answers with insert id 0), and
+//! a second statement draws it only if no slot is held, or else gives `L` back. Each
+//! side takes its own lock first and then looks for the other's, so two that overlap
+//! cannot both stay: the later look sees the earlier take.
+//!
+//! A permit's waiter tries again each time this store gives a permit back, and every
+//! 250 ms besides: a session that ends frees its slots without a word, as does another
+//! process's release, and no statement can wait inside the server for whichever of
+//! several slots comes free first. So a permit freed by a dead holder, or by another
+//! process, is found within 250 ms. A foreign client sees the permits as user locks; one
+//! that takes a free slot below the count is counted.
+//!
 //! # Fencing tokens
 //!
 //! The statement that takes a lock also draws its token from the fence table
 //! ([`MySqlStoreBuilder::fence_table`], InnoDB, created on first use): `INSERT ..
 //! SELECT .. WHERE GET_LOCK(..) = 1 ON DUPLICATE KEY UPDATE token =
-//! LAST_INSERT_ID(token + 1)`, one row a lock name, durable across server restarts. Only
+//! LAST_INSERT_ID(token + 1)`, one row a lock name (a semaphore's permits draw from the
+//! row of its name), durable across server restarts. Only
 //! this crate's holders draw one: a foreign holder of the same name does not. The
 //! statement calls `GET_LOCK`, which a binary log in `STATEMENT` format cannot replay:
 //! use `ROW` or `MIXED` (each server's default).
@@ -72,11 +102,13 @@
 //! wait returns at once, and every hold on the session reports
 //! [`lost`](crate::LockGuard::lost) and `with_lock` is cancelled.
 //! [`force_unlock`](crate::Locker::force_unlock) ends the session that holds the lock
-//! (`KILL`, as `IS_USED_LOCK` names it), with every other hold on it.
+//! and each that holds one of its permits (`KILL`, as `IS_USED_LOCK` names them), with
+//! every other hold on them.
 
 mod builder;
 mod name;
 mod operator;
+mod semaphore;
 mod session;
 mod take;
 
@@ -84,6 +116,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -91,6 +124,7 @@ pub use builder::{
     DEFAULT_FENCE_TABLE, DEFAULT_MAX_CONNECTIONS, DEFAULT_SESSION_LEASE, MySqlStoreBuilder,
 };
 pub use name::{MAX_NAME_CHARS, NameMapping};
+pub use semaphore::MAX_PERMITS;
 use session::{Connect, Session};
 
 use crate::backend::session_locks::{self, Server, SessionLocks, Taken};
@@ -109,6 +143,8 @@ struct Inner {
     locks: SessionLocks<MySqlStore>,
     fence_table: String,
     mapping: NameMapping,
+    /// Told each time a permit of this store is given back.
+    permits_released: Notify,
 }
 
 impl fmt::Debug for MySqlStore {
@@ -145,6 +181,7 @@ impl MySqlStore {
             locks: SessionLocks::new(connect, max_sessions),
             fence_table,
             mapping,
+            permits_released: Notify::new(),
         }));
         store.create_fence_table().await?;
         Ok(store)
@@ -156,7 +193,8 @@ impl MySqlStore {
         };
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (name VARBINARY(255) PRIMARY KEY, \
-             token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+             token BIGINT UNSIGNED NOT NULL, \
+             permits INT UNSIGNED, slots INT UNSIGNED) ENGINE=InnoDB",
             self.0.fence_table
         );
         serving
@@ -175,7 +213,6 @@ impl MySqlStore {
     }
 }
 
-/// Every lock is exclusive: the kind is not the server's business.
 impl Server for MySqlStore {
     type Key = String;
     type Session = Session;
@@ -208,30 +245,31 @@ impl Server for MySqlStore {
         abandoned: CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (connect, table) = (&self.0.locks.sessions.connector, &self.0.fence_table);
-        take::wait(session, connect, table, key, request.deadline, abandoned).await
+        let released = &self.0.permits_released;
+        let deadline = request.deadline;
+        take::wait(session, connect, table, key, deadline, released, abandoned).await
     }
 
-    /// Never called: semaphores are unsupported.
     async fn take_permit(
         &self,
         request: &Acquire,
-        _: u32,
-        _: CancellationToken,
+        permits: u32,
+        abandoned: CancellationToken,
     ) -> Result<Option<Taken<Self>>, LockError> {
-        Err(LockError::Unsupported {
-            key: request.key.as_str().into(),
-            store: "mysql".into(),
-            kind: request.kind,
-        })
+        self.take_permit(request, permits, abandoned).await
     }
 
     async fn unlock(
         &self,
         session: &Session,
         key: &String,
-        _: LockKind,
+        kind: LockKind,
     ) -> Result<bool, LockError> {
-        take::unlock(session, key).await
+        let freed = take::unlock(session, key).await;
+        if let LockKind::Semaphore { .. } = kind {
+            self.0.permits_released.notify_waiters();
+        }
+        freed
     }
 }
 
@@ -240,9 +278,9 @@ impl Store for MySqlStore {
         "mysql"
     }
 
-    /// Exclusive only (see the module docs).
+    /// Exclusive and semaphore (see the module docs).
     fn supports(&self, kind: LockKind) -> bool {
-        kind == LockKind::Exclusive
+        matches!(kind, LockKind::Exclusive | LockKind::Semaphore { .. })
     }
 
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
@@ -251,6 +289,15 @@ impl Store for MySqlStore {
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(session_locks::release(self, hold.token))
+    }
+
+    /// The stored count (or `permits`) less the permits held, by anyone.
+    fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {
+        Box::pin(self.available_permits(key, permits))
+    }
+
+    fn set_permits<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.store_permits(key, permits))
     }
 
     /// Nothing to renew: every hold is a session's.
@@ -271,7 +318,8 @@ impl Store for MySqlStore {
     /// digits, in place of a token), as one exclusive holder however many holds it
     /// stacks; and the sessions waiting, foreign ones included, where
     /// `performance_schema` is on (else unknown; this store's other tasks wait behind its
-    /// one waiting session, uncounted). No lease left, no fencing token.
+    /// one waiting session, uncounted). A semaphore shows its stored count and one holder
+    /// per permit slot held, by the slot's number. No lease left, no fencing token.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
     }

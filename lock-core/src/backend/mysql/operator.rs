@@ -1,6 +1,6 @@
 //! What an operator sees and does: a lock's holder (`IS_USED_LOCK`) and waiters
-//! (`performance_schema.metadata_locks`, where it is on), and forcing a lock open by
-//! ending the session that holds it.
+//! (`performance_schema.metadata_locks`, where it is on), or a semaphore's permit
+//! holders; and forcing a lock open by ending the sessions that hold it.
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -15,38 +15,56 @@ const WAITING: &str = "SELECT IF(@@performance_schema, (SELECT COUNT(*) \
     AND OBJECT_NAME = ? AND LOCK_STATUS = 'PENDING'), NULL)";
 
 impl MySqlStore {
-    /// Ends (`KILL`) the session that holds the lock `key`, with every other lock it
-    /// holds, on a connection of its own: whether one did.
+    /// Ends (`KILL`) every session that holds the lock `key` or a permit of the
+    /// semaphore `key`, with every other lock each holds, on a connection of its own:
+    /// whether any did.
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
         let name = self.0.mapping.lock_name(key.as_str())?;
         let mut conn = self.0.locks.sessions.connector.once().await?;
-        let Some(holder) = holder(&mut conn, &name).await? else {
-            return Ok(false);
-        };
-        conn.query_drop(format!("KILL {holder}"))
-            .await
-            .map_err(|e| failed(&name, "end its holder's session", e))?;
-        Ok(true)
+        let mut holders: Vec<u64> = holder(&mut conn, &name).await?.into_iter().collect();
+        if let Some((_, permits)) = self.inspect_permits(&mut conn, &name).await? {
+            holders.extend(permits.iter().map(|&(_, holder)| holder));
+        }
+        holders.sort_unstable();
+        holders.dedup();
+        for holder in &holders {
+            conn.query_drop(format!("KILL {holder}"))
+                .await
+                .map_err(|e| failed(&name, "end its holder's session", e))?;
+        }
+        Ok(!holders.is_empty())
     }
 
     /// The holder of the lock `key` (shown by its connection id, in 8 hex digits), and
-    /// how many sessions wait for it where `performance_schema` is on.
+    /// how many sessions wait for it where `performance_schema` is on; or else the
+    /// semaphore `key`'s permits held, each shown by its slot's number (in 8 hex digits),
+    /// as one session may hold several.
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let name = self.0.mapping.lock_name(key.as_str())?;
         let mut conn = self.0.locks.sessions.connector.once().await?;
         let Some(holder) = holder(&mut conn, &name).await? else {
-            return Ok(None);
+            let Some((permits, held)) = self.inspect_permits(&mut conn, &name).await? else {
+                return Ok(None);
+            };
+            let holders = held.iter().map(|&(slot, _)| shown(slot.into())).collect();
+            let kind = LockKind::Semaphore { permits };
+            return Ok(Some(LockInfo::new(Some(kind), holders, None)));
         };
         // Without the privilege to read performance_schema, the count is unknown.
         let waiting: Option<Option<Option<u64>>> = conn.exec_first(WAITING, (&name,)).await.ok();
         let waiting = waiting.flatten().flatten().map(|n| n as usize);
-        let holders = vec![HolderInfo::new(&format!("{holder:08x}"), None, None)];
         Ok(Some(LockInfo::new(
             Some(LockKind::Exclusive),
-            holders,
+            vec![shown(holder)],
             waiting,
         )))
     }
+}
+
+/// A holder as `inspect` shows it: a number (a connection id, a slot) in 8 hex digits,
+/// in place of a token.
+fn shown(number: u64) -> HolderInfo {
+    HolderInfo::new(&format!("{number:08x}"), None, None)
 }
 
 /// The connection id of the session that holds the user lock `name`, if any.

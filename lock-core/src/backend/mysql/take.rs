@@ -4,11 +4,14 @@
 
 use mysql_async::Params;
 use mysql_async::prelude::Queryable;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::semaphore;
 use super::session::{Connect, Session};
 use crate::LockError;
+use crate::backend::session_locks;
 use crate::backend::sessions::Session as _;
 
 /// One attempt on `session`, which other holds share, on the lock `name`: its fencing
@@ -20,28 +23,36 @@ pub(super) async fn once(
     name: &str,
 ) -> Result<Option<u64>, LockError> {
     let sql = take_sql(table, "GET_LOCK(?, 0)");
-    match fence(session, sql, (name, name).into()).await {
-        Ok(fence) => Ok(fence),
-        Err(e) => {
-            session.state().end();
-            Err(failed(name, "take it", e))
-        }
-    }
+    let took = match fence(session, sql, (name, name).into()).await {
+        Ok(Took::Fenced(fence)) => Ok(Some(fence)),
+        Ok(Took::Nothing) => Ok(None),
+        Ok(Took::OnASemaphore) => semaphore::fence_unless_permits(session, table, name).await,
+        Err(e) => Err(e),
+    };
+    took.map_err(|e| {
+        session.state().end();
+        failed(name, "take it", e)
+    })
 }
 
 /// Waits inside the server (`GET_LOCK` with the time left) on `session`, which holds
 /// nothing else, until `deadline`: the fencing token if it took the lock `name`, or
-/// `None` if it was still held then
-/// or the wait was `abandoned`, which ends the session (`KILL`, from a connection of its
-/// own) so that the server takes nothing for it.
+/// `None` if it was still held then or the wait was `abandoned`, which ends the session
+/// (`KILL`, from a connection of its own) so that the server takes nothing for it. Taken
+/// while a permit of the name is held, the lock is given back, and `None` comes once a
+/// permit of this store is given back, or after [`POLL`](session_locks::POLL).
 pub(super) async fn wait(
     session: &Session,
     connect: &Connect,
     table: &str,
     name: &str,
     deadline: Instant,
+    permits_released: &Notify,
     abandoned: CancellationToken,
 ) -> Result<Option<u64>, LockError> {
+    let released = permits_released.notified();
+    let mut released = std::pin::pin!(released);
+    released.as_mut().enable();
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
     let sql = take_sql(table, "GET_LOCK(?, ?)");
@@ -52,14 +63,24 @@ pub(super) async fn wait(
             return Ok(None);
         }
     };
-    match waited {
-        Ok(fence) => Ok(fence),
-        Err(e) => {
-            // The session holds nothing else: ending it gives back whatever it took.
-            session.state().end();
-            Err(failed(name, "wait for it", e))
-        }
-    }
+    let took = match waited {
+        Ok(Took::Fenced(fence)) => Ok(Some(fence)),
+        Ok(Took::Nothing) => Ok(None),
+        Ok(Took::OnASemaphore) => match semaphore::fence_unless_permits(session, table, name).await
+        {
+            Ok(None) => {
+                session_locks::retry(released, deadline, &abandoned).await;
+                Ok(None)
+            }
+            took => took,
+        },
+        Err(e) => Err(e),
+    };
+    took.map_err(|e| {
+        // The session holds nothing else: ending it gives back whatever it took.
+        session.state().end();
+        failed(name, "wait for it", e)
+    })
 }
 
 /// Ends `session` on the server at once (`KILL`), whatever it is doing, and here. Returns
@@ -78,7 +99,8 @@ async fn kill(connect: &Connect, session: &Session) {
     session.state().end();
 }
 
-/// Gives back one hold of `name` on `session`: whether it held one.
+/// Gives back one hold of `name` (a lock, or a permit's slot) on `session`: whether it
+/// held one.
 pub(super) async fn unlock(session: &Session, name: &str) -> Result<bool, LockError> {
     let owned = name.to_owned();
     let released: Option<Option<i64>> = session
@@ -88,20 +110,27 @@ pub(super) async fn unlock(session: &Session, name: &str) -> Result<bool, LockEr
     Ok(released == Some(Some(1)))
 }
 
-/// Runs `sql` (of [`take_sql`]) with `params` on `session`: the fencing token if it took
-/// the lock, `None` if it did not.
-async fn fence(
-    session: &Session,
-    sql: String,
-    params: Params,
-) -> Result<Option<u64>, mysql_async::Error> {
+/// What a statement of [`take_sql`] did.
+enum Took {
+    /// It did not take the lock.
+    Nothing,
+    /// It took the lock, with this fencing token.
+    Fenced(u64),
+    /// It took the lock of a name that has been a semaphore, and drew no token: a permit
+    /// of the name may be held.
+    OnASemaphore,
+}
+
+/// Runs `sql` (of [`take_sql`]) with `params` on `session`.
+async fn fence(session: &Session, sql: String, params: Params) -> Result<Took, mysql_async::Error> {
     session
         .run(move |conn| {
             Box::pin(async move {
                 conn.exec_drop(sql, params).await?;
-                Ok(match conn.affected_rows() {
-                    0 => None,
-                    _ => Some(conn.last_insert_id().unwrap_or_default()),
+                Ok(match (conn.affected_rows(), conn.last_insert_id()) {
+                    (0, _) => Took::Nothing,
+                    (_, None | Some(0)) => Took::OnASemaphore,
+                    (_, Some(fence)) => Took::Fenced(fence),
                 })
             })
         })
@@ -111,11 +140,14 @@ async fn fence(
 /// The statement that takes the lock by `get_lock` and, if it took it, draws its
 /// fencing token from `table`: one statement, one round trip. The token is the
 /// statement's insert id (`LAST_INSERT_ID(expr)`); no row changes if it was not taken.
+/// The row of a name that has been a semaphore (its `slots` set) answers with insert id
+/// 0 instead, as its permits must be looked for before the lock counts as taken.
 fn take_sql(table: &str, get_lock: &str) -> String {
     format!(
         "INSERT INTO {table} (name, token) SELECT ?, LAST_INSERT_ID(1) FROM DUAL \
          WHERE {get_lock} = 1 \
-         ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID({table}.token + 1)"
+         ON DUPLICATE KEY UPDATE token = IF({table}.slots IS NULL, \
+         LAST_INSERT_ID({table}.token + 1), {table}.token + 1 + LAST_INSERT_ID(0))"
     )
 }
 

@@ -1,0 +1,406 @@
+//! Semaphores as permit slots: user locks named from the lock's name, whose count is
+//! stored in the fence table's row of the name; a permit gives way to a hold of the
+//! name's own lock, and a hold of the name's own lock to a permit. See the
+//! [module docs](super#semaphores) for the design.
+
+use std::sync::Arc;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params, Row, Value};
+use tokio::time::{Instant, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use super::MySqlStore;
+use super::name::NameMapping;
+use super::session::Session;
+use super::take::failed;
+use crate::backend::session_locks::{Taken, retry};
+use crate::backend::sessions::Session as _;
+use crate::backend::store::Acquire;
+use crate::{LockError, LockKey, LockKind};
+
+/// The most permits a semaphore may have: every attempt looks at each of its slots.
+pub const MAX_PERMITS: u32 = 1000;
+
+/// The user lock of permit `slot` of the semaphore whose lock is `lock`: DistributedLock's
+/// name for `}lock#slot`. No valid key starts with `}`, so no lock of a key is a slot.
+pub(super) fn slot_name(lock: &str, slot: u32) -> String {
+    NameMapping::DistributedLock
+        .lock_name(&format!("}}{lock}#{slot}"))
+        .unwrap_or_default()
+}
+
+/// A semaphore's row of the fence table.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    /// Its count, once stored.
+    permits: Option<u32>,
+    /// How many slots may be held: the highest count it ever had.
+    slots: u32,
+}
+
+/// What one attempt at a permit did.
+enum Attempt {
+    /// It took the permit `slot`, with the fencing token `fence`.
+    Took { slot: u32, fence: u64 },
+    /// Every permit is held, or the name's own lock.
+    Full,
+    /// The semaphore has another count.
+    Miscounted(u32),
+}
+
+impl MySqlStore {
+    /// One attempt on a shared session; then, unless the deadline has passed, another
+    /// each time a permit of this store is given back, or every
+    /// [`POLL`](crate::backend::session_locks::POLL). Within one store, one acquirer at a
+    /// time tries again; the others queue behind it.
+    pub(super) async fn take_permit(
+        &self,
+        request: &Acquire,
+        permits: u32,
+        abandoned: CancellationToken,
+    ) -> Result<Option<Taken<Self>>, LockError> {
+        let key = &request.key;
+        check_permits(key, permits)?;
+        let lock = self.0.mapping.lock_name(key.as_str())?;
+        let mut turn = None;
+        loop {
+            let released = self.0.permits_released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
+            if let Some(serving) = self.0.locks.sessions.for_attempt().await?
+                && let Some(taken) = self
+                    .attempt_permit(&serving.session, key, &lock, permits)
+                    .await?
+            {
+                return Ok(Some(taken));
+            }
+            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
+                return Ok(None);
+            }
+            if turn.is_none() {
+                let waited =
+                    timeout_at(request.deadline, self.0.locks.gates.wait_turn(&lock)).await;
+                let Ok(mine) = waited else {
+                    return Ok(None);
+                };
+                turn = Some(mine);
+                continue;
+            }
+            if !retry(released, request.deadline, &abandoned).await {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Takes a free permit of the semaphore `lock` on `session`, if fewer than its count
+    /// hold one and nobody holds the name's own lock, storing `permits` as the count on
+    /// first use: the permit, `None` if none is free, or [`LockError::Config`] if another
+    /// count is stored. A statement that fails may have taken a slot, so its session is
+    /// ended.
+    async fn attempt_permit(
+        &self,
+        session: &Arc<Session>,
+        key: &LockKey,
+        lock: &str,
+        permits: u32,
+    ) -> Result<Option<Taken<Self>>, LockError> {
+        let (table, owned) = (self.0.fence_table.clone(), lock.to_owned());
+        let attempted = session
+            .run(move |conn| Box::pin(attempt(conn, table, owned, permits)))
+            .await;
+        match attempted {
+            Ok(Attempt::Took { slot, fence }) => {
+                let kind = LockKind::Semaphore { permits };
+                let slot = slot_name(lock, slot);
+                Ok(Some(Taken::new(self, session.clone(), &slot, kind, fence)))
+            }
+            Ok(Attempt::Full) => Ok(None),
+            Ok(Attempt::Miscounted(stored)) => Err(LockError::miscounted(key, stored, permits)),
+            Err(e) => {
+                session.state().end();
+                Err(failed(lock, "take a permit", e))
+            }
+        }
+    }
+
+    /// The permits of the semaphore `key` free now: its stored count (or `permits`) less
+    /// the permits held; none while the name's own lock is held.
+    pub(super) async fn available_permits(
+        &self,
+        key: &LockKey,
+        permits: u32,
+    ) -> Result<u32, LockError> {
+        let lock = self.0.mapping.lock_name(key.as_str())?;
+        let table = self.0.fence_table.clone();
+        let mut conn = self.0.locks.sessions.connector.once().await?;
+        let read = async {
+            let count = read_count(&mut conn, &table, &lock).await?;
+            let slots = count.map_or(0, |count| count.slots);
+            let held = holders_by_slot(&mut conn, &lock, slots).await?;
+            let locked: Option<Option<u64>> =
+                conn.exec_first("SELECT IS_USED_LOCK(?)", (&lock,)).await?;
+            let stored = count.and_then(|count| count.permits);
+            let held = held.iter().flatten().count();
+            Ok::<_, mysql_async::Error>((stored, held, locked.flatten().is_some()))
+        };
+        let (stored, held, locked) = read
+            .await
+            .map_err(|e| failed(&lock, "count its permits", e))?;
+        if locked {
+            return Ok(0);
+        }
+        let count = stored.unwrap_or(permits);
+        Ok(count.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)))
+    }
+
+    /// Stores `permits` as the count of the semaphore `key`, and tells this store's
+    /// waiters: a raised count may let one in.
+    pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
+        check_permits(key, permits)?;
+        let lock = self.0.mapping.lock_name(key.as_str())?;
+        let sql = format!(
+            "INSERT INTO {} (name, token, permits, slots) VALUES (?, 0, ?, ?) \
+             ON DUPLICATE KEY UPDATE slots = GREATEST(COALESCE(slots, 0), ?), permits = ?",
+            self.0.fence_table
+        );
+        let mut conn = self.0.locks.sessions.connector.once().await?;
+        conn.exec_drop(sql, (&lock, permits, permits, permits, permits))
+            .await
+            .map_err(|e| failed(&lock, "store its count", e))?;
+        self.0.permits_released.notify_waiters();
+        Ok(())
+    }
+
+    /// The semaphore `lock`'s stored count and its permits held, each as its slot and
+    /// the connection id of its holder, on `conn`: `None` if it is not a semaphore or no
+    /// permit is held.
+    pub(super) async fn inspect_permits(
+        &self,
+        conn: &mut Conn,
+        lock: &str,
+    ) -> Result<Option<(u32, Vec<(u32, u64)>)>, LockError> {
+        let read = async {
+            let Some(count) = read_count(conn, &self.0.fence_table, lock).await? else {
+                return Ok(None);
+            };
+            let by_slot = holders_by_slot(conn, lock, count.slots).await?;
+            let held = (0..)
+                .zip(by_slot)
+                .filter_map(|(slot, holder)| Some((slot, holder?)));
+            Ok(count.permits.zip(Some(held.collect())))
+        };
+        let read: Result<_, mysql_async::Error> = read.await;
+        let inspected = read.map_err(|e| failed(lock, "read its permits", e))?;
+        Ok(inspected.filter(|(_, held): &(u32, Vec<_>)| !held.is_empty()))
+    }
+}
+
+/// Refuses a count this store cannot keep.
+fn check_permits(key: &LockKey, permits: u32) -> Result<(), LockError> {
+    if permits > MAX_PERMITS {
+        return Err(LockError::Config(format!(
+            "semaphore {:?}: a mysql semaphore has at most {MAX_PERMITS} permits, not {permits}",
+            key.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// One attempt at a permit of the semaphore `lock` on `conn`: reads its count (storing
+/// `permits` on first use), looks for a free slot below it, takes it if it is still free,
+/// and then, in the statement that draws the fencing token, counts every slot held (its
+/// own included) and looks for a hold of the name's own lock; if either is too many,
+/// gives the slot back.
+async fn attempt(
+    conn: &mut Conn,
+    table: String,
+    lock: String,
+    permits: u32,
+) -> Result<Attempt, mysql_async::Error> {
+    let mut count = read_count(conn, &table, &lock).await?;
+    if count.and_then(|count| count.permits).is_none() {
+        store_first_count(conn, &table, &lock, permits).await?;
+        count = read_count(conn, &table, &lock).await?;
+    }
+    let Some(count) = count else {
+        return Ok(Attempt::Full);
+    };
+    match count.permits {
+        Some(stored) if stored != permits => return Ok(Attempt::Miscounted(stored)),
+        _ => {}
+    }
+    let Some(slot) = take_free_slot(conn, &lock, count.slots, permits).await? else {
+        return Ok(Attempt::Full);
+    };
+    let sql = format!(
+        "UPDATE {table} SET token = LAST_INSERT_ID(token + 1) \
+         WHERE name = ? AND permits IS NOT NULL AND IS_USED_LOCK(?) IS NULL AND {} <= permits",
+        held_sql(count.slots)
+    );
+    let mut params = vec![Value::from(&lock), Value::from(&lock)];
+    params.extend(slot_names(&lock, count.slots).into_iter().map(Value::from));
+    conn.exec_drop(sql, Params::Positional(params)).await?;
+    if conn.affected_rows() == 1 {
+        let fence = conn.last_insert_id().unwrap_or_default();
+        return Ok(Attempt::Took { slot, fence });
+    }
+    conn.exec_drop("DO RELEASE_LOCK(?)", (slot_name(&lock, slot),))
+        .await?;
+    Ok(Attempt::Full)
+}
+
+/// Takes the first slot below `permits` that nobody holds, while fewer than `permits` of
+/// the `slots` are held: its number, or `None`. A slot is taken only if still free when
+/// its statement runs, as a session's `GET_LOCK`s of one name stack.
+async fn take_free_slot(
+    conn: &mut Conn,
+    lock: &str,
+    slots: u32,
+    permits: u32,
+) -> Result<Option<u32>, mysql_async::Error> {
+    for _ in 0..slots {
+        let held = holders_by_slot(conn, lock, slots).await?;
+        if held.iter().flatten().count() >= permits as usize {
+            return Ok(None);
+        }
+        let free = |slot: &u32| held.get(*slot as usize).is_some_and(Option::is_none);
+        let Some(slot) = (0..permits).find(free) else {
+            return Ok(None);
+        };
+        let name = slot_name(lock, slot);
+        let took: Option<Option<i64>> = conn
+            .exec_first(
+                "SELECT IF(IS_FREE_LOCK(?), GET_LOCK(?, 0), 0)",
+                (&name, &name),
+            )
+            .await?;
+        if took == Some(Some(1)) {
+            return Ok(Some(slot));
+        }
+    }
+    Ok(None)
+}
+
+/// Stores `permits` as the count of the semaphore `lock`, unless one is stored already.
+async fn store_first_count(
+    conn: &mut Conn,
+    table: &str,
+    lock: &str,
+    permits: u32,
+) -> Result<(), mysql_async::Error> {
+    let sql = format!(
+        "INSERT INTO {table} (name, token, permits, slots) VALUES (?, 0, ?, ?) \
+         ON DUPLICATE KEY UPDATE \
+         slots = IF(permits IS NULL, GREATEST(COALESCE(slots, 0), ?), slots), \
+         permits = COALESCE(permits, ?)"
+    );
+    conn.exec_drop(sql, (lock, permits, permits, permits, permits))
+        .await
+}
+
+/// The row of the name `lock` in the fence table, if it has one.
+async fn read_count(
+    conn: &mut Conn,
+    table: &str,
+    lock: &str,
+) -> Result<Option<Count>, mysql_async::Error> {
+    let sql = format!("SELECT permits, slots FROM {table} WHERE name = ?");
+    let row: Option<(Option<u32>, Option<u32>)> = conn.exec_first(sql, (lock,)).await?;
+    Ok(row.map(|(permits, slots)| Count {
+        permits,
+        slots: slots.unwrap_or(0),
+    }))
+}
+
+/// The connection id of the holder of each of the semaphore `lock`'s first `slots` slots.
+async fn holders_by_slot(
+    conn: &mut Conn,
+    lock: &str,
+    slots: u32,
+) -> Result<Vec<Option<u64>>, mysql_async::Error> {
+    if slots == 0 {
+        return Ok(Vec::new());
+    }
+    let probes = vec!["IS_USED_LOCK(?)"; slots as usize].join(", ");
+    let names = slot_names(lock, slots)
+        .into_iter()
+        .map(Value::from)
+        .collect();
+    let row: Option<Row> = conn
+        .exec_first(format!("SELECT {probes}"), Params::Positional(names))
+        .await?;
+    let values = row.map(Row::unwrap).unwrap_or_default();
+    values
+        .into_iter()
+        .map(mysql_async::from_value_opt::<Option<u64>>)
+        .collect::<Result<_, _>>()
+        .map_err(|e| mysql_async::Error::Other(e.into()))
+}
+
+/// How many of the first `slots` slots are held, as SQL over `slots` parameters: their
+/// names.
+fn held_sql(slots: u32) -> String {
+    if slots == 0 {
+        return "0".into();
+    }
+    vec!["(IS_USED_LOCK(?) IS NOT NULL)"; slots as usize].join(" + ")
+}
+
+/// The names of the semaphore `lock`'s first `slots` slots.
+fn slot_names(lock: &str, slots: u32) -> Vec<String> {
+    (0..slots).map(|slot| slot_name(lock, slot)).collect()
+}
+
+/// After a take of the lock `lock` on a name that has been a semaphore: draws the
+/// fencing token, in a statement that first makes sure no permit of the name is held; if
+/// one is, gives the lock back: `None`.
+pub(super) async fn fence_unless_permits(
+    session: &Session,
+    table: &str,
+    lock: &str,
+) -> Result<Option<u64>, mysql_async::Error> {
+    let (table, lock) = (table.to_owned(), lock.to_owned());
+    session
+        .run(move |conn| {
+            Box::pin(async move {
+                let slots = read_count(conn, &table, &lock)
+                    .await?
+                    .map_or(0, |count| count.slots);
+                let sql = format!(
+                    "UPDATE {table} SET token = LAST_INSERT_ID(token + 1) \
+                     WHERE name = ? AND {} = 0",
+                    held_sql(slots)
+                );
+                let mut params = vec![Value::from(&lock)];
+                params.extend(slot_names(&lock, slots).into_iter().map(Value::from));
+                conn.exec_drop(sql, Params::Positional(params)).await?;
+                if conn.affected_rows() == 1 {
+                    return Ok(Some(conn.last_insert_id().unwrap_or_default()));
+                }
+                conn.exec_drop("DO RELEASE_LOCK(?)", (&lock,)).await?;
+                Ok(None)
+            })
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_named_apart_from_every_key() {
+        assert_eq!(slot_name("jobs", 0), "}jobs#0");
+        assert_eq!(slot_name("jobs", 12), "}jobs#12");
+        let long = NameMapping::DistributedLock
+            .lock_name(&"J".repeat(80))
+            .unwrap();
+        let slot = slot_name(&long, 999);
+        assert!(
+            slot.starts_with('}') && slot.chars().count() <= 64,
+            "{slot}"
+        );
+        assert_ne!(slot_name(&long, 998), slot);
+    }
+}
