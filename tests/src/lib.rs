@@ -122,6 +122,7 @@ mod daemon;
 mod error;
 mod keys;
 mod mariadb;
+mod overlap;
 mod paused;
 mod postgres;
 mod process;
@@ -141,6 +142,7 @@ pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscrib
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;
+pub use overlap::holds_and_permits_of_one_name_never_overlap;
 pub use paused::a_paused_holder_frees_its_lock;
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;

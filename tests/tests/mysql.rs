@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::MySqlStore;
 use lock_core::backend::mysql::NameMapping;
-use lock_core::{LockOptions, Locker};
+use lock_core::{LockKind, LockOptions, Locker};
 use lock_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
 use tokio::time::{Instant, timeout};
@@ -189,6 +189,19 @@ async fn permits_of_a_killed_session_come_back_and_a_foreign_client_counts() {
     let permit = jobs.try_acquire().await.unwrap().expect("a free permit");
     permit.release().await.unwrap();
     foreign.disconnect().await.unwrap();
+}
+
+/// Exclusive holds and permits of one name, from two stores, never hold at once, though
+/// one is `GET_LOCK` of the name and the other of a slot: each takes its own lock, then
+/// looks for the other's, and gives way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_holds_and_permits_of_one_name_never_overlap() {
+    let server = MariaDbServer::spawn();
+    let lockers = [
+        Locker::mysql(&server.url()).await.unwrap(),
+        Locker::mysql(&server.url()).await.unwrap(),
+    ];
+    lock_tests::holds_and_permits_of_one_name_never_overlap(lockers, LockKind::Exclusive).await;
 }
 
 #[test]

@@ -359,65 +359,12 @@ async fn a_granted_advisory_lock_is_in_pg_locks_for_every_session_at_once() {
 /// kinds get in along the way (some tries are refused, some waits time out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_permits_of_one_name_never_overlap() {
-    const RACE: Duration = Duration::from_secs(3);
     let server = PostgresServer::spawn();
     let lockers = [
         Locker::postgres(&server.url()).await.unwrap(),
         Locker::postgres(&server.url()).await.unwrap(),
     ];
-    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let granted = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let until = Instant::now() + RACE;
-    // Task i reads if i is even, takes a permit if odd; on lockers[i / 2 % 2].
-    let tasks: Vec<_> = (0..8)
-        .map(|i| {
-            let locker = lockers[i / 2 % 2].clone();
-            let (inside, granted, overlaps) = (inside.clone(), granted.clone(), overlaps.clone());
-            tokio::spawn(async move {
-                let (mine, other) = (i % 2, 1 - i % 2);
-                let wait = LockOptions::new().wait(Duration::from_millis(50));
-                let permits = locker.semaphore("race", 2);
-                while Instant::now() < until {
-                    let guard = if mine == 0 {
-                        locker.lock_with("race", wait.kind(LockKind::Read)).await
-                    } else {
-                        permits.acquire_with(wait).await
-                    };
-                    let guard = match guard {
-                        Ok(guard) => guard,
-                        Err(e) if e.is_timeout() => continue, // the other kind held it
-                        Err(e) => panic!("{e}"),
-                    };
-                    inside[mine].fetch_add(1, Ordering::SeqCst);
-                    if inside[other].load(Ordering::SeqCst) > 0 {
-                        overlaps.fetch_add(1, Ordering::SeqCst);
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    inside[mine].fetch_sub(1, Ordering::SeqCst);
-                    granted[mine].fetch_add(1, Ordering::SeqCst);
-                    guard.release().await.unwrap();
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        timeout(RACE + PATIENCE, task)
-            .await
-            .expect("a racer never stopped")
-            .unwrap();
-    }
-    let (reads, permits) = (
-        granted[0].load(Ordering::SeqCst),
-        granted[1].load(Ordering::SeqCst),
-    );
-    assert_eq!(
-        overlaps.load(Ordering::SeqCst),
-        0,
-        "a read and a permit held at once ({reads} reads, {permits} permits)"
-    );
-    assert!(reads > 0 && permits > 0, "{reads} reads, {permits} permits");
+    lock_tests::holds_and_permits_of_one_name_never_overlap(lockers, LockKind::Read).await;
 }
 
 /// A fence table made by an earlier version (a name and a fence) gains the columns this
