@@ -17,6 +17,11 @@
 //!   `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`), and `pg_advisory_unlock`. It polls
 //!   with no sleep; its waiting form, one connection per task, waits inside the server
 //!   instead (`pg_advisory_lock` in place of `pg_try_advisory_lock`), as the store does.
+//! - `mysql-floor`: the floor for lock-core's MySQL store waiting for a lock, one
+//!   mysql_async connection per task: the store's own take, in one statement
+//!   (`GET_LOCK` with a long timeout inside the fence `INSERT .. SELECT .. ON DUPLICATE
+//!   KEY UPDATE`), and `RELEASE_LOCK`. (Its uncontended floor lives in the `mysql`
+//!   scenario.)
 //! - `none`: takes nothing and gives back nothing, for the baselines.
 //!
 //! raw and raw-fenced have no wake-up: a waiter tries again at once (`yield_now`, no sleep),
@@ -29,6 +34,7 @@ use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
 use lock_core::redis::aio::MultiplexedConnection;
 use lock_core::redis::{self, Script};
 use lock_core::{LockGuard, LockOptions, Locker};
+use mysql_async::prelude::Queryable;
 use zookeeper_client as zk;
 
 /// The lease of raw, raw-fenced and rslock; lock-core's default lease is the same.
@@ -64,6 +70,8 @@ pub(crate) enum System {
     /// The floor waiting inside the server: a session never blocks itself, so each task
     /// needs a connection of its own.
     PostgresFloorWaiting(PostgresFloor),
+    /// The MySQL floor waiting inside the server, one connection per task.
+    MySqlFloorWaiting(MySqlFloor),
     None,
 }
 
@@ -80,6 +88,8 @@ pub(crate) enum Held {
     ZooKeeperClient(String),
     /// The advisory key a `tokio-postgres` floor holds.
     PostgresFloor(i64),
+    /// The user lock a MySQL floor holds.
+    MySqlFloor(String),
     None,
 }
 
@@ -120,6 +130,7 @@ impl System {
             Self::Rslock(_) => "rslock",
             Self::ZooKeeperClient(_) => "zookeeper-client",
             Self::PostgresFloor(_) | Self::PostgresFloorWaiting(_) => "tokio-postgres",
+            Self::MySqlFloorWaiting(_) => "mysql-floor",
             Self::None => "none",
         }
     }
@@ -141,6 +152,7 @@ impl System {
             Self::ZooKeeperClient(_)
             | Self::PostgresFloor(_)
             | Self::PostgresFloorWaiting(_)
+            | Self::MySqlFloorWaiting(_)
             | Self::None => &[],
         }
     }
@@ -196,6 +208,10 @@ impl System {
                 floor.acquire_waiting(name, key).await;
                 Held::PostgresFloor(key)
             }
+            Self::MySqlFloorWaiting(floor) => {
+                floor.acquire_waiting(name).await;
+                Held::MySqlFloor(name.to_owned())
+            }
             Self::None => Held::None,
         }
     }
@@ -215,6 +231,7 @@ impl System {
                 Self::PostgresFloor(floor) | Self::PostgresFloorWaiting(floor),
                 Held::PostgresFloor(key),
             ) => floor.release(key).await,
+            (Self::MySqlFloorWaiting(floor), Held::MySqlFloor(name)) => floor.release(&name).await,
             (Self::None, Held::None) => {}
             (system, held) => unreachable!("{held:?} given back to {}", system.name()),
         }
@@ -434,6 +451,61 @@ impl PostgresFloor {
             .expect("the floor's unlock");
         assert!(
             row.get::<_, bool>(0),
+            "the floor released a lock it did not hold"
+        );
+    }
+}
+
+/// The MySQL floor waiting inside the server: one mysql_async connection.
+#[derive(Debug, Clone)]
+pub(crate) struct MySqlFloor {
+    conn: Arc<tokio::sync::Mutex<mysql_async::Conn>>,
+}
+
+impl MySqlFloor {
+    /// The floor's fence table, apart from the store's.
+    pub(crate) const TABLE: &str = "floor_fences";
+
+    pub(crate) async fn connect(url: &str) -> Self {
+        let conn = mysql_async::Conn::from_url(url)
+            .await
+            .expect("connect the mysql floor");
+        Self {
+            conn: Arc::new(tokio::sync::Mutex::new(conn)),
+        }
+    }
+
+    /// Waits inside the server for the lock `name` and draws its fencing token, in one
+    /// statement.
+    async fn acquire_waiting(&self, name: &str) {
+        let table = Self::TABLE;
+        let sql = format!(
+            "INSERT INTO {table} (name, token) SELECT ?, LAST_INSERT_ID(1) FROM DUAL \
+             WHERE GET_LOCK(?, 300) = 1 \
+             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID({table}.token + 1)"
+        );
+        let mut conn = self.conn.lock().await;
+        conn.exec_drop(sql, (name, name))
+            .await
+            .expect("the floor's wait");
+        let fence = conn.last_insert_id();
+        assert!(
+            std::hint::black_box(fence).is_some_and(|f| f > 0),
+            "no fence"
+        );
+    }
+
+    async fn release(&self, name: &str) {
+        let released: Option<i64> = self
+            .conn
+            .lock()
+            .await
+            .exec_first("SELECT RELEASE_LOCK(?)", (name,))
+            .await
+            .expect("the floor's RELEASE_LOCK");
+        assert_eq!(
+            released,
+            Some(1),
             "the floor released a lock it did not hold"
         );
     }

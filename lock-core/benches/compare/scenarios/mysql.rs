@@ -7,7 +7,9 @@
 //!   (`INSERT .. ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)`), then
 //!   `RELEASE_LOCK(name)`: three round trips, no lost-hold detection, no waiting.
 //! - `handoff` rows: the relay of [`super::handoff`], lock-core with one `Locker` and
-//!   with 8, held to the server's round trip (`SELECT 1`) measured beside it.
+//!   with 8, and `mysql-floor/8-connections`, the floor waiting inside the server (one
+//!   connection per task: a session's `GET_LOCK`s of one name stack), held to the
+//!   server's round trip (`SELECT 1`) measured beside them.
 
 use std::time::Instant;
 
@@ -21,10 +23,10 @@ use super::uncontended::{cycles, timed_cycles};
 use super::{ROUNDS, Run};
 use crate::measure::{Sample, micros, percentile};
 use crate::report::Row;
-use crate::systems::System;
+use crate::systems::{MySqlFloor, System};
 
 /// The floor's fence table.
-const FLOOR_FENCES: &str = "floor_fences";
+const FLOOR_FENCES: &str = MySqlFloor::TABLE;
 
 pub(crate) async fn run(run: &mut Run<'_>) {
     let workers = run.workers;
@@ -86,9 +88,11 @@ pub(crate) async fn run(run: &mut Run<'_>) {
     }
 
     let mut lockers = Vec::with_capacity(TASKS);
+    let mut floors = Vec::with_capacity(TASKS);
     for _ in 0..TASKS {
         let locker = Locker::mysql(&url).await.expect("connect lock-core");
         lockers.push(System::LockCore(locker));
+        floors.push(System::MySqlFloorWaiting(MySqlFloor::connect(&url).await));
     }
     let rows = [
         (
@@ -100,6 +104,11 @@ pub(crate) async fn run(run: &mut Run<'_>) {
             "lock-core/mysql/8-lockers",
             lockers,
             "one Locker per task, as 8 replicas would",
+        ),
+        (
+            "mysql-floor/8-connections",
+            floors,
+            "the floor waiting inside the server, one connection per task",
         ),
     ];
     let scale = run.scale.zookeeper();
