@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::futures::Notified;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
@@ -283,6 +283,50 @@ async fn take<T: Server>(
         }
         // A server that rounds the wait's timeout may give up before the deadline: once
         // more, until the deadline.
+    }
+}
+
+/// Takes a permit: an `attempt` on a shared session (an idle one, if any); then, unless
+/// the deadline has passed, another each time `released` is told that a permit was given
+/// back, or every [`POLL`]. Within one store, one acquirer at a time tries again, its
+/// turn at the gate `gate`; the others queue behind it.
+pub(crate) async fn take_permit<T, A, F>(
+    store: &T,
+    request: &Acquire,
+    gate: &str,
+    released: &Notify,
+    abandoned: &CancellationToken,
+    mut attempt: A,
+) -> Result<Option<Taken<T>>, LockError>
+where
+    T: Server,
+    A: FnMut(Arc<SessionOf<T>>) -> F,
+    F: Future<Output = Result<Option<Taken<T>>, LockError>>,
+{
+    let locks = store.locks();
+    let mut turn = None;
+    loop {
+        let notified = released.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(serving) = locks.sessions.for_attempt().await?
+            && let Some(taken) = attempt(serving.session.clone()).await?
+        {
+            return Ok(Some(taken));
+        }
+        if Instant::now() >= request.deadline || abandoned.is_cancelled() {
+            return Ok(None);
+        }
+        if turn.is_none() {
+            let Ok(mine) = timeout_at(request.deadline, locks.gates.wait_turn(gate)).await else {
+                return Ok(None);
+            };
+            turn = Some(mine);
+            continue;
+        }
+        if !retry(notified, request.deadline, abandoned).await {
+            return Ok(None);
+        }
     }
 }
 

@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row, Value};
-use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use super::MySqlStore;
 use super::name::NameMapping;
 use super::session::Session;
 use super::take::failed;
-use crate::backend::session_locks::{Taken, retry};
+use crate::backend::session_locks::{self, Taken};
 use crate::backend::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKey, LockKind};
@@ -50,10 +49,9 @@ enum Attempt {
 }
 
 impl MySqlStore {
-    /// One attempt on a shared session; then, unless the deadline has passed, another
-    /// each time a permit of this store is given back, or every
-    /// [`POLL`](crate::backend::session_locks::POLL). Within one store, one acquirer at a
-    /// time tries again; the others queue behind it.
+    /// Takes a permit as [`session_locks::take_permit`] does, each attempt by
+    /// [`attempt_permit`](Self::attempt_permit); a permit given back by this store is
+    /// told at once.
     pub(super) async fn take_permit(
         &self,
         request: &Acquire,
@@ -63,34 +61,12 @@ impl MySqlStore {
         let key = &request.key;
         check_permits(key, permits)?;
         let lock = self.0.mapping.lock_name(key.as_str())?;
-        let mut turn = None;
-        loop {
-            let released = self.0.permits_released.notified();
-            let mut released = std::pin::pin!(released);
-            released.as_mut().enable();
-            if let Some(serving) = self.0.locks.sessions.for_attempt().await?
-                && let Some(taken) = self
-                    .attempt_permit(&serving.session, key, &lock, permits)
-                    .await?
-            {
-                return Ok(Some(taken));
-            }
-            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
-                return Ok(None);
-            }
-            if turn.is_none() {
-                let waited =
-                    timeout_at(request.deadline, self.0.locks.gates.wait_turn(&lock)).await;
-                let Ok(mine) = waited else {
-                    return Ok(None);
-                };
-                turn = Some(mine);
-                continue;
-            }
-            if !retry(released, request.deadline, &abandoned).await {
-                return Ok(None);
-            }
-        }
+        let released = &self.0.permits_released;
+        session_locks::take_permit(self, request, &lock, released, &abandoned, |session| {
+            let lock = &lock;
+            async move { self.attempt_permit(&session, key, lock, permits).await }
+        })
+        .await
     }
 
     /// Takes a free permit of the semaphore `lock` on `session`, if fewer than its count

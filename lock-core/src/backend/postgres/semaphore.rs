@@ -2,7 +2,6 @@
 //! whose count is stored in the fence table's row of the name; each attempt gives way to
 //! a hold of the name's own key. See the [module docs](super#semaphores) for the design.
 
-use tokio::time::{Instant, timeout_at};
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
@@ -11,7 +10,7 @@ use super::key::{AdvisoryKey, KeyMapping};
 use super::operator::key_locks;
 use super::session::Session;
 use super::take::failed;
-use crate::backend::session_locks::{Taken, retry};
+use crate::backend::session_locks::{self, Taken};
 use crate::backend::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKey, LockKind};
@@ -57,47 +56,28 @@ impl Slots {
 }
 
 impl PostgresStore {
-    /// One attempt on a shared session; then, unless the deadline has passed, another
-    /// each time a permit is announced released, or every
-    /// [`POLL`](crate::backend::session_locks::POLL). Within one store,
-    /// one acquirer at a time tries again; the others queue behind it.
+    /// Takes a permit as [`session_locks::take_permit`] does, each attempt by
+    /// [`attempt_permit`](Self::attempt_permit); a permit given back by any store on the
+    /// database is announced (`NOTIFY`).
     pub(super) async fn take_permit(
         &self,
         request: &Acquire,
         permits: u32,
         abandoned: CancellationToken,
     ) -> Result<Option<Taken<Self>>, LockError> {
-        let name = request.key.as_str();
-        let slots = Slots::of(name);
-        let mut turn = None;
-        loop {
-            let released = self.0.locks.sessions.connector.released.notified();
-            let mut released = std::pin::pin!(released);
-            released.as_mut().enable();
-            if let Some(serving) = self.0.locks.sessions.for_attempt().await?
-                && let Some(taken) = self
-                    .attempt_permit(&serving.session, &request.key, slots, permits)
-                    .await?
-            {
-                return Ok(Some(taken));
-            }
-            if Instant::now() >= request.deadline || abandoned.is_cancelled() {
-                return Ok(None);
-            }
-            if turn.is_none() {
-                let gate = self.0.mapping.key(name).to_string();
-                let waited =
-                    timeout_at(request.deadline, self.0.locks.gates.wait_turn(&gate)).await;
-                let Ok(mine) = waited else {
-                    return Ok(None);
-                };
-                turn = Some(mine);
-                continue;
-            }
-            if !retry(released, request.deadline, &abandoned).await {
-                return Ok(None);
-            }
-        }
+        let key = &request.key;
+        let slots = Slots::of(key.as_str());
+        let gate = self.0.mapping.key(key.as_str()).to_string();
+        let released = &self.0.locks.sessions.connector.released;
+        session_locks::take_permit(
+            self,
+            request,
+            &gate,
+            released,
+            &abandoned,
+            |session| async move { self.attempt_permit(&session, key, slots, permits).await },
+        )
+        .await
     }
 
     /// Takes a free permit on `session` if fewer than the stored count are held and
