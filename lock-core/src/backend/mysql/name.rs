@@ -73,7 +73,9 @@ fn safe_name(name: &str) -> String {
     safe
 }
 
-/// .NET's `ToLowerInvariant`, one character for one.
+/// .NET's `ToLowerInvariant`: each character's simple lowercase mapping, one character
+/// for one, without context (a final `Σ` is `σ`); `İ` (U+0130), whose only lowercase is
+/// two characters, stays as it is, as .NET keeps it.
 fn lowercase(name: &str) -> String {
     name.chars()
         .map(|c| {
@@ -159,6 +161,14 @@ mod tests {
             emoji,
             format!("{}{}", "🔒".repeat(16), hash(&"🔒".repeat(40)))
         );
+    }
+
+    #[test]
+    fn lowercasing_is_dotnets_invariant_one() {
+        assert_eq!(lowercase("ÄÖÜ-ABC"), "äöü-abc");
+        assert_eq!(lowercase("ΟΔΟΣ"), "οδοσ");
+        assert_eq!(lowercase("İSTANBUL"), "İstanbul");
+        assert_eq!(lowercase("🔒X"), "🔒x");
     }
 
     #[test]
