@@ -115,6 +115,8 @@ mod take;
 use std::fmt;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
+use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -168,6 +170,25 @@ impl MySqlStore {
     /// session.
     pub fn end_session(&self) {
         self.0.locks.sessions.end_all();
+    }
+
+    /// Runs `work`, statements that never wait, on a session that is not waiting, or on
+    /// a connection of its own when every one is; its error is the lock `name`'s, met
+    /// while `doing`.
+    async fn query<T: Send>(
+        &self,
+        name: &str,
+        doing: &str,
+        work: impl for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, mysql_async::Error>>,
+    ) -> Result<T, LockError> {
+        let done = match self.0.locks.sessions.for_attempt().await? {
+            Some(serving) => serving.session.run(work).await,
+            None => {
+                let mut conn = self.0.locks.sessions.connector.once().await?;
+                work(&mut conn).await
+            }
+        };
+        done.map_err(|e| take::failed(name, doing, e))
     }
 
     /// Opens the first session and creates the fence table if it is missing.

@@ -59,7 +59,7 @@ impl NameMapping {
 }
 
 /// DistributedLock's `GetSafeName`.
-fn safe_name(name: &str) -> String {
+pub(super) fn safe_name(name: &str) -> String {
     let base = if name.is_empty() {
         "__empty__".to_owned()
     } else {

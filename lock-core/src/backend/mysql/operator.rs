@@ -6,6 +6,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::MySqlStore;
+use super::semaphore::permits_held;
 use super::take::failed;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
@@ -22,7 +23,10 @@ impl MySqlStore {
         let name = self.0.mapping.lock_name(key.as_str())?;
         let mut conn = self.0.locks.sessions.connector.once().await?;
         let mut holders: Vec<u64> = holder(&mut conn, &name).await?.into_iter().collect();
-        if let Some((_, permits)) = self.inspect_permits(&mut conn, &name).await? {
+        let permits = permits_held(&mut conn, &self.0.fence_table, &name)
+            .await
+            .map_err(|e| failed(&name, "read its permits", e))?;
+        if let Some((_, permits)) = permits {
             holders.extend(permits.iter().map(|&(_, holder)| holder));
         }
         holders.sort_unstable();
@@ -41,24 +45,54 @@ impl MySqlStore {
     /// as one session may hold several.
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let name = self.0.mapping.lock_name(key.as_str())?;
-        let mut conn = self.0.locks.sessions.connector.once().await?;
-        let Some(holder) = holder(&mut conn, &name).await? else {
-            let Some((permits, held)) = self.inspect_permits(&mut conn, &name).await? else {
-                return Ok(None);
-            };
-            let holders = held.iter().map(|&(slot, _)| shown(slot.into())).collect();
-            let kind = LockKind::Semaphore { permits };
-            return Ok(Some(LockInfo::new(Some(kind), holders, None)));
-        };
-        // Without the privilege to read performance_schema, the count is unknown.
-        let waiting: Option<Option<Option<u64>>> = conn.exec_first(WAITING, (&name,)).await.ok();
-        let waiting = waiting.flatten().flatten().map(|n| n as usize);
-        Ok(Some(LockInfo::new(
-            Some(LockKind::Exclusive),
-            vec![shown(holder)],
-            waiting,
-        )))
+        let (table, owned) = (self.0.fence_table.clone(), name.clone());
+        let holders = self
+            .query(&name, "read its holders", move |conn| {
+                Box::pin(holders(conn, table, owned))
+            })
+            .await?;
+        Ok(match holders {
+            Holders::Exclusive { holder, waiting } => {
+                let waiting = waiting.map(|n| n as usize);
+                let holders = vec![shown(holder)];
+                Some(LockInfo::new(Some(LockKind::Exclusive), holders, waiting))
+            }
+            Holders::Permits(None) => None,
+            Holders::Permits(Some((permits, held))) => {
+                let holders = held.iter().map(|&(slot, _)| shown(slot.into())).collect();
+                let kind = LockKind::Semaphore { permits };
+                Some(LockInfo::new(Some(kind), holders, None))
+            }
+        })
     }
+}
+
+/// Who holds a lock, as the server shows it.
+enum Holders {
+    /// A session holds the lock itself (its connection id); so many sessions wait for it,
+    /// where the server counts them.
+    Exclusive { holder: u64, waiting: Option<u64> },
+    /// Nobody holds the lock itself: the permits held of the semaphore of that name, as
+    /// [`permits_held`] gives them.
+    Permits(Option<(u32, Vec<(u32, u64)>)>),
+}
+
+/// Who holds the lock `name`, whose semaphore's count is in `table`, on `conn`.
+async fn holders(
+    conn: &mut Conn,
+    table: String,
+    name: String,
+) -> Result<Holders, mysql_async::Error> {
+    let holder: Option<Option<u64>> = conn.exec_first("SELECT IS_USED_LOCK(?)", (&name,)).await?;
+    let Some(holder) = holder.flatten() else {
+        return Ok(Holders::Permits(permits_held(conn, &table, &name).await?));
+    };
+    // Without the privilege to read performance_schema, the count is unknown.
+    let waiting: Option<Option<Option<u64>>> = conn.exec_first(WAITING, (&name,)).await.ok();
+    Ok(Holders::Exclusive {
+        holder,
+        waiting: waiting.flatten().flatten(),
+    })
 }
 
 /// A holder as `inspect` shows it: a number (a connection id, a slot) in 8 hex digits,

@@ -10,7 +10,7 @@ use mysql_async::{Conn, Params, Row, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::MySqlStore;
-use super::name::NameMapping;
+use super::name::safe_name;
 use super::session::Session;
 use super::take::failed;
 use crate::backend::session_locks::{self, Taken};
@@ -23,10 +23,13 @@ pub const MAX_PERMITS: u32 = 1000;
 
 /// The user lock of permit `slot` of the semaphore whose lock is `lock`: DistributedLock's
 /// name for `}lock#slot`. No valid key starts with `}`, so no lock of a key is a slot.
-pub(super) fn slot_name(lock: &str, slot: u32) -> String {
-    NameMapping::DistributedLock
-        .lock_name(&format!("}}{lock}#{slot}"))
-        .unwrap_or_default()
+fn slot_name(lock: &str, slot: u32) -> String {
+    safe_name(&format!("}}{lock}#{slot}"))
+}
+
+/// The names of the semaphore `lock`'s first `slots` slots.
+fn slot_names(lock: &str, slots: u32) -> Vec<String> {
+    (0..slots).map(|slot| slot_name(lock, slot)).collect()
 }
 
 /// A semaphore's row of the fence table.
@@ -108,21 +111,12 @@ impl MySqlStore {
         permits: u32,
     ) -> Result<u32, LockError> {
         let lock = self.0.mapping.lock_name(key.as_str())?;
-        let table = self.0.fence_table.clone();
-        let mut conn = self.0.locks.sessions.connector.once().await?;
-        let read = async {
-            let count = read_count(&mut conn, &table, &lock).await?;
-            let slots = count.map_or(0, |count| count.slots);
-            let held = holders_by_slot(&mut conn, &lock, slots).await?;
-            let locked: Option<Option<u64>> =
-                conn.exec_first("SELECT IS_USED_LOCK(?)", (&lock,)).await?;
-            let stored = count.and_then(|count| count.permits);
-            let held = held.iter().flatten().count();
-            Ok::<_, mysql_async::Error>((stored, held, locked.flatten().is_some()))
-        };
-        let (stored, held, locked) = read
-            .await
-            .map_err(|e| failed(&lock, "count its permits", e))?;
+        let (table, owned) = (self.0.fence_table.clone(), lock.clone());
+        let (stored, held, locked) = self
+            .query(&lock, "count its permits", move |conn| {
+                Box::pin(permits_free(conn, table, owned))
+            })
+            .await?;
         if locked {
             return Ok(0);
         }
@@ -140,36 +134,56 @@ impl MySqlStore {
              ON DUPLICATE KEY UPDATE slots = GREATEST(COALESCE(slots, 0), ?), permits = ?",
             self.0.fence_table
         );
-        let mut conn = self.0.locks.sessions.connector.once().await?;
-        conn.exec_drop(sql, (&lock, permits, permits, permits, permits))
-            .await
-            .map_err(|e| failed(&lock, "store its count", e))?;
+        let params = (lock.clone(), permits, permits, permits, permits);
+        self.query(&lock, "store its count", move |conn| {
+            Box::pin(conn.exec_drop(sql, params))
+        })
+        .await?;
         self.0.permits_released.notify_waiters();
         Ok(())
     }
+}
 
-    /// The semaphore `lock`'s stored count and its permits held, each as its slot and
-    /// the connection id of its holder, on `conn`: `None` if it is not a semaphore or no
-    /// permit is held.
-    pub(super) async fn inspect_permits(
-        &self,
-        conn: &mut Conn,
-        lock: &str,
-    ) -> Result<Option<(u32, Vec<(u32, u64)>)>, LockError> {
-        let read = async {
-            let Some(count) = read_count(conn, &self.0.fence_table, lock).await? else {
-                return Ok(None);
-            };
-            let by_slot = holders_by_slot(conn, lock, count.slots).await?;
-            let held = (0..)
-                .zip(by_slot)
-                .filter_map(|(slot, holder)| Some((slot, holder?)));
-            Ok(count.permits.zip(Some(held.collect())))
-        };
-        let read: Result<_, mysql_async::Error> = read.await;
-        let inspected = read.map_err(|e| failed(lock, "read its permits", e))?;
-        Ok(inspected.filter(|(_, held): &(u32, Vec<_>)| !held.is_empty()))
-    }
+/// The semaphore `lock`'s stored count and its permits held, each as its slot and the
+/// connection id of its holder, on `conn`: `None` if it is not a semaphore or no permit is
+/// held.
+pub(super) async fn permits_held(
+    conn: &mut Conn,
+    table: &str,
+    lock: &str,
+) -> Result<Option<(u32, Vec<(u32, u64)>)>, mysql_async::Error> {
+    let Some(Count {
+        permits: Some(permits),
+        slots,
+    }) = read_count(conn, table, lock).await?
+    else {
+        return Ok(None);
+    };
+    let by_slot = holders_by_slot(conn, &slot_names(lock, slots)).await?;
+    let held: Vec<_> = (0..)
+        .zip(by_slot)
+        .filter_map(|(slot, holder)| Some((slot, holder?)))
+        .collect();
+    Ok((!held.is_empty()).then_some((permits, held)))
+}
+
+/// The semaphore `lock`'s stored count, if any; how many of its slots are held; and
+/// whether the name's own lock is held.
+async fn permits_free(
+    conn: &mut Conn,
+    table: String,
+    lock: String,
+) -> Result<(Option<u32>, usize, bool), mysql_async::Error> {
+    let count = read_count(conn, &table, &lock).await?;
+    let names = slot_names(&lock, count.map_or(0, |count| count.slots));
+    let held = holders_by_slot(conn, &names).await?;
+    let locked: Option<Option<u64>> = conn.exec_first("SELECT IS_USED_LOCK(?)", (&lock,)).await?;
+    let stored = count.and_then(|count| count.permits);
+    Ok((
+        stored,
+        held.iter().flatten().count(),
+        locked.flatten().is_some(),
+    ))
 }
 
 /// Refuses a count this store cannot keep.
@@ -206,37 +220,37 @@ async fn attempt(
         Some(stored) if stored != permits => return Ok(Attempt::Miscounted(stored)),
         _ => {}
     }
-    let Some(slot) = take_free_slot(conn, &lock, count.slots, permits).await? else {
+    let names = slot_names(&lock, count.slots);
+    let Some(slot) = take_free_slot(conn, &names, permits).await? else {
         return Ok(Attempt::Full);
     };
     let sql = format!(
         "UPDATE {table} SET token = LAST_INSERT_ID(token + 1) \
          WHERE name = ? AND permits IS NOT NULL AND IS_USED_LOCK(?) IS NULL AND {} <= permits",
-        held_sql(count.slots)
+        held_sql(names.len())
     );
     let mut params = vec![Value::from(&lock), Value::from(&lock)];
-    params.extend(slot_names(&lock, count.slots).into_iter().map(Value::from));
+    params.extend(names.iter().map(Value::from));
     conn.exec_drop(sql, Params::Positional(params)).await?;
     if conn.affected_rows() == 1 {
         let fence = conn.last_insert_id().unwrap_or_default();
         return Ok(Attempt::Took { slot, fence });
     }
-    conn.exec_drop("DO RELEASE_LOCK(?)", (slot_name(&lock, slot),))
+    conn.exec_drop("DO RELEASE_LOCK(?)", (&names[slot as usize],))
         .await?;
     Ok(Attempt::Full)
 }
 
-/// Takes the first slot below `permits` that nobody holds, while fewer than `permits` of
-/// the `slots` are held: its number, or `None`. A slot is taken only if still free when
-/// its statement runs, as a session's `GET_LOCK`s of one name stack.
+/// Takes the first of the slots `names` below `permits` that nobody holds, while fewer
+/// than `permits` of them are held: its number, or `None`. A slot is taken only if still
+/// free when its statement runs, as a session's `GET_LOCK`s of one name stack.
 async fn take_free_slot(
     conn: &mut Conn,
-    lock: &str,
-    slots: u32,
+    names: &[String],
     permits: u32,
 ) -> Result<Option<u32>, mysql_async::Error> {
-    for _ in 0..slots {
-        let held = holders_by_slot(conn, lock, slots).await?;
+    for _ in names {
+        let held = holders_by_slot(conn, names).await?;
         if held.iter().flatten().count() >= permits as usize {
             return Ok(None);
         }
@@ -244,11 +258,11 @@ async fn take_free_slot(
         let Some(slot) = (0..permits).find(free) else {
             return Ok(None);
         };
-        let name = slot_name(lock, slot);
+        let name = &names[slot as usize];
         let took: Option<Option<i64>> = conn
             .exec_first(
                 "SELECT IF(IS_FREE_LOCK(?), GET_LOCK(?, 0), 0)",
-                (&name, &name),
+                (name, name),
             )
             .await?;
         if took == Some(Some(1)) {
@@ -289,22 +303,18 @@ async fn read_count(
     }))
 }
 
-/// The connection id of the holder of each of the semaphore `lock`'s first `slots` slots.
+/// The connection id of the holder of each of the slots `names`.
 async fn holders_by_slot(
     conn: &mut Conn,
-    lock: &str,
-    slots: u32,
+    names: &[String],
 ) -> Result<Vec<Option<u64>>, mysql_async::Error> {
-    if slots == 0 {
+    if names.is_empty() {
         return Ok(Vec::new());
     }
-    let probes = vec!["IS_USED_LOCK(?)"; slots as usize].join(", ");
-    let names = slot_names(lock, slots)
-        .into_iter()
-        .map(Value::from)
-        .collect();
+    let probes = vec!["IS_USED_LOCK(?)"; names.len()].join(", ");
+    let params = names.iter().map(Value::from).collect();
     let row: Option<Row> = conn
-        .exec_first(format!("SELECT {probes}"), Params::Positional(names))
+        .exec_first(format!("SELECT {probes}"), Params::Positional(params))
         .await?;
     let values = row.map(Row::unwrap).unwrap_or_default();
     values
@@ -314,18 +324,12 @@ async fn holders_by_slot(
         .map_err(|e| mysql_async::Error::Other(e.into()))
 }
 
-/// How many of the first `slots` slots are held, as SQL over `slots` parameters: their
-/// names.
-fn held_sql(slots: u32) -> String {
+/// How many of `slots` slots are held, as SQL over `slots` parameters: their names.
+fn held_sql(slots: usize) -> String {
     if slots == 0 {
         return "0".into();
     }
-    vec!["(IS_USED_LOCK(?) IS NOT NULL)"; slots as usize].join(" + ")
-}
-
-/// The names of the semaphore `lock`'s first `slots` slots.
-fn slot_names(lock: &str, slots: u32) -> Vec<String> {
-    (0..slots).map(|slot| slot_name(lock, slot)).collect()
+    vec!["(IS_USED_LOCK(?) IS NOT NULL)"; slots].join(" + ")
 }
 
 /// After a take of the lock `lock` on a name that has been a semaphore: draws the
@@ -343,13 +347,14 @@ pub(super) async fn fence_unless_permits(
                 let slots = read_count(conn, &table, &lock)
                     .await?
                     .map_or(0, |count| count.slots);
+                let names = slot_names(&lock, slots);
                 let sql = format!(
                     "UPDATE {table} SET token = LAST_INSERT_ID(token + 1) \
                      WHERE name = ? AND {} = 0",
-                    held_sql(slots)
+                    held_sql(names.len())
                 );
                 let mut params = vec![Value::from(&lock)];
-                params.extend(slot_names(&lock, slots).into_iter().map(Value::from));
+                params.extend(names.iter().map(Value::from));
                 conn.exec_drop(sql, Params::Positional(params)).await?;
                 if conn.affected_rows() == 1 {
                     return Ok(Some(conn.last_insert_id().unwrap_or_default()));
@@ -369,9 +374,7 @@ mod tests {
     fn slots_are_named_apart_from_every_key() {
         assert_eq!(slot_name("jobs", 0), "}jobs#0");
         assert_eq!(slot_name("jobs", 12), "}jobs#12");
-        let long = NameMapping::DistributedLock
-            .lock_name(&"J".repeat(80))
-            .unwrap();
+        let long = safe_name(&"J".repeat(80));
         let slot = slot_name(&long, 999);
         assert!(
             slot.starts_with('}') && slot.chars().count() <= 64,
