@@ -70,11 +70,11 @@ impl<S: Session, K> Holds<S, K> {
         lost
     }
 
-    /// Whether the hold of `token` lives.
+    /// Whether the hold of `token` surely lives: its session is confirmed alive.
     pub(crate) fn is_live(&self, token: &str) -> bool {
         self.map()
             .get(token)
-            .is_some_and(|h| !h.session.state().has_ended())
+            .is_some_and(|h| h.session.state().is_confirmed())
     }
 
     /// Forgets the hold of `token`, whose owner gives it back: its loss is no longer

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::gates::Gates;
 use crate::backend::holds::Holds;
-use crate::backend::sessions::{Connector, Lent, Session, Sessions};
+use crate::backend::sessions::{self, Connector, Lent, Session, Sessions};
 use crate::backend::store::{Acquire, Acquired, Outcome};
 use crate::{LockError, LockKind};
 
@@ -152,6 +152,13 @@ impl<T: Server> Taken<T> {
         }))
     }
 
+    /// Whether the session it was taken on is confirmed alive.
+    fn is_confirmed(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|lock| lock.session.state().is_confirmed())
+    }
+
     /// The session the hold lives on, its lock on the server and its fencing token: the
     /// caller keeps the hold.
     fn claim(mut self) -> Option<(Arc<SessionOf<T>>, T::Key, u64)> {
@@ -192,7 +199,9 @@ impl<T: Server> Drop for Taken<T> {
 
 /// Takes the lock of `request` on the server, in a task of its own, so that an acquire
 /// dropped at any point leaves no lock behind: what the task takes after that is given
-/// back.
+/// back. The call returns by the request's deadline whatever the server does (for a
+/// request that does not wait, within one session lease), and hands out only a hold
+/// whose session is [confirmed](crate::backend::sessions::SessionState::is_confirmed).
 pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<Outcome, LockError> {
     let name = request.key.as_str();
     let key = store.key(name)?;
@@ -211,16 +220,19 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     let (sender, taken) = oneshot::channel();
     let (owned, request_owned) = (store.clone(), request.clone());
     locks.sessions.background.spawn(async move {
-        let taken = match request_owned.kind {
-            LockKind::Semaphore { permits } => {
-                owned.take_permit(&request_owned, permits, abandoned).await
-            }
-            _ => take(&owned, &request_owned, &key, abandoned).await,
-        };
+        let taken = take_confirmed(&owned, &request_owned, &key, abandoned).await;
+        // Unclaimed once the call gave up: what was taken is given back as it drops.
         let _ = sender.send(taken);
     });
+    let until = if request.deadline > request.since {
+        request.deadline
+    } else {
+        request.since + locks.sessions.connector.lease()
+    };
+    let Ok(taken) = timeout_at(until, taken).await else {
+        return Ok(Outcome::Held { holder_ttl: None });
+    };
     let taken = taken
-        .await
         .map_err(|e| {
             LockError::backend(
                 format!("{} lock {name:?}: the acquire ended early", T::NAME),
@@ -237,6 +249,37 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
         .holds
         .insert(&request.token, session, key, request.kind, pass);
     Ok(Outcome::Acquired(Acquired::session(fence, lost)))
+}
+
+/// Takes the lock (or the permit) of `request`, until its deadline, on a session that is
+/// confirmed alive once it is taken: one the server may have ended meanwhile (the process
+/// was paused past its lease) counts as a failed attempt, as a lease that ran out before
+/// its reply does on a lease store.
+async fn take_confirmed<T: Server>(
+    store: &T,
+    request: &Acquire,
+    key: &T::Key,
+    abandoned: CancellationToken,
+) -> Result<Option<Taken<T>>, LockError> {
+    loop {
+        let taken = match request.kind {
+            LockKind::Semaphore { permits } => {
+                store
+                    .take_permit(request, permits, abandoned.clone())
+                    .await?
+            }
+            _ => take(store, request, key, abandoned.clone()).await?,
+        };
+        match taken {
+            Some(taken) if !taken.is_confirmed() => {
+                tracing::debug!(key = %request.key, "lock taken on a session that may have ended: trying again");
+            }
+            taken => return Ok(taken),
+        }
+        if Instant::now() >= request.deadline || abandoned.is_cancelled() {
+            return Ok(None);
+        }
+    }
 }
 
 /// One attempt on a shared session (an idle one, if any) that neither holds the lock nor
@@ -275,6 +318,9 @@ async fn take<T: Server>(
         let fence = store
             .wait(&session, request, key, abandoned.clone())
             .await?;
+        // The wait kept the session busy inside the server, however long it took: it is
+        // asked whether it lives before it holds the lock or serves anyone else.
+        sessions::confirm(&*session).await;
         if let Some(fence) = fence {
             return Ok(Some(Taken::new(store, session, key, kind, fence)));
         }
@@ -331,14 +377,15 @@ where
 }
 
 /// Gives back the hold of `token`: whether it was still held (`false` once its session
-/// ended).
+/// ended, or is no longer confirmed alive, which ends it).
 pub(crate) async fn release<T: Server>(store: &T, token: &str) -> Result<bool, LockError> {
     let locks = store.locks();
     let Some(held) = locks.holds.release(token) else {
         return Ok(false);
     };
     let session = held.session.clone();
-    let freed = if session.state().has_ended() {
+    let freed = if !session.state().is_confirmed() {
+        session.state().end();
         Ok(false)
     } else {
         store.unlock(&session, &held.key, held.kind).await

@@ -1,15 +1,24 @@
 //! What the database stores (PostgreSQL, MySQL) share about their sessions: a bounded set
 //! of them, each either shared by holds and attempts or lent to one wait inside the
-//! server, and each reporting its end at once. How a session is opened and kept alive
-//! is each store's own ([`Connector`]).
+//! server, each reporting its end at once, and each kept alive ([`tend`]) and trusted
+//! only as long as the server has confirmed it. How a session is opened and pinged is
+//! each store's own ([`Connector`], [`Session::ping`]).
+//!
+//! The server ends a session once it has been idle for its lease, and a session is idle
+//! from when the server answered its latest statement, which is after that statement was
+//! sent. So a session lives at least one lease from when the latest statement it answered
+//! was sent, on this process's monotonic clock: it is *confirmed* until then. Past that,
+//! without a newer answer (the process was paused, or the server stopped answering), the
+//! server may have ended it, and its holds count as lost: "maybe" is not "yes".
 
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -30,6 +39,10 @@ pub(crate) struct SessionState<K> {
     freed: Arc<Notify>,
     /// The store's work that outlives the call that started it.
     pub(crate) background: TaskTracker,
+    /// How long the server keeps the session once it is idle.
+    lease: Duration,
+    /// When the latest statement the server answered was sent.
+    answered: Mutex<Instant>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -47,6 +60,33 @@ impl<K: PartialEq> SessionState<K> {
     /// Says the session is gone: its connection is dropped, and the server frees its locks.
     pub(crate) fn end(&self) {
         self.ended.cancel();
+    }
+
+    /// The server answered a statement sent on the session at `sent`.
+    pub(crate) fn answered(&self, sent: Instant) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        *answered = (*answered).max(sent);
+    }
+
+    /// Until when the server keeps the session at least, by its latest answer.
+    fn confirmed_until(&self) -> Instant {
+        *self.answered.lock().unwrap_or_else(|e| e.into_inner()) + self.lease
+    }
+
+    /// Whether the session surely lives: not ended, and confirmed until later than now.
+    pub(crate) fn is_confirmed(&self) -> bool {
+        self.is_confirmed_for(Duration::ZERO)
+    }
+
+    /// Whether the session surely lives for `span` more: not ended, and confirmed until
+    /// later than that.
+    fn is_confirmed_for(&self, span: Duration) -> bool {
+        !self.has_ended() && Instant::now() + span < self.confirmed_until()
+    }
+
+    /// How often the session is pinged while it is not waiting: a third of its lease.
+    fn ping_period(&self) -> Duration {
+        self.lease / 3
     }
 
     /// One more hold, of `key`, lives on this session.
@@ -150,6 +190,9 @@ pub(crate) trait Session: fmt::Debug + Send + Sync + 'static {
 
     fn state(&self) -> &SessionState<Self::Key>;
 
+    /// Sends the server a statement that does nothing, and waits for its answer.
+    fn ping(&self) -> impl Future<Output = Result<(), LockError>> + Send;
+
     /// Whether a statement sent on it now goes at once: always, unless its connection
     /// runs one statement at a time and one is in flight.
     fn is_idle(&self) -> bool {
@@ -160,9 +203,12 @@ pub(crate) trait Session: fmt::Debug + Send + Sync + 'static {
 /// The lock on the server of the sessions of `C`.
 pub(crate) type KeyOf<C> = <<C as Connector>::Session as Session>::Key;
 
-/// How a store opens one of its sessions, leased and tended until it ends.
+/// How a store opens one of its sessions, leased and [tended](tend) until it ends.
 pub(crate) trait Connector: fmt::Debug + Send + Sync {
     type Session: Session;
+
+    /// How long the server keeps one of its sessions once it is idle.
+    fn lease(&self) -> Duration;
 
     /// Opens a session around `state`, whose token it cancels once the connection is gone.
     fn open(
@@ -354,12 +400,14 @@ impl<C: Connector> Sessions<C> {
         open
     }
 
-    /// Opens a session in `slot`, lent as `lend` before any other caller can see it.
+    /// Opens a session in `slot`, lent as `lend` before any other caller can see it;
+    /// fails if the server does not let it in within a lease.
     async fn open(
         &self,
         slot: OwnedSemaphorePermit,
         lend: Lend<KeyOf<C>>,
     ) -> Result<Arc<C::Session>, LockError> {
+        let lease = self.connector.lease();
         let state = SessionState {
             ended: CancellationToken::new(),
             usage: Usage::lent(&lend),
@@ -369,11 +417,78 @@ impl<C: Connector> Sessions<C> {
             }),
             freed: self.freed.clone(),
             background: self.background.clone(),
+            lease,
+            answered: Mutex::new(Instant::now()),
             _slot: slot,
         };
-        let session = self.connector.open(state).await?;
+        let opened = tokio::time::timeout(lease, self.connector.open(state)).await;
+        let session = opened.map_err(|_| {
+            LockError::backend(
+                "cannot open a session",
+                format!("the server did not answer within the session lease, {lease:?}"),
+            )
+        })??;
+        tokio::spawn(tend(Arc::downgrade(&session)));
         self.live().push(session.clone());
         Ok(session)
+    }
+}
+
+/// Asks the server whether `session` lives, unless it is confirmed already for as long
+/// as a ping now would confirm it less one ping period (so that its next ping has as
+/// long to be answered as in steady use): whether it does. One that does not answer is
+/// ended.
+pub(crate) async fn confirm<S: Session>(session: &S) -> bool {
+    let state = session.state();
+    if state.is_confirmed_for(state.lease - state.ping_period()) {
+        return true;
+    }
+    let sent = Instant::now();
+    if session.ping().await.is_err() {
+        state.end();
+        return false;
+    }
+    state.answered(sent);
+    state.is_confirmed()
+}
+
+/// Keeps `session` alive while this process runs, so that the server ends it only one
+/// lease after the process stops: a ping sent every third of its lease (or as soon as
+/// the last is answered, if that took longer), each answer confirming it. Ends it once
+/// its lease passed unconfirmed (the process was paused, or the server stopped
+/// answering), which marks its holds lost at once; but not while it is lent to a wait
+/// inside the server, which keeps it busy there and holds nothing.
+async fn tend<S: Session>(session: Weak<S>) {
+    let Some((ended, period)) = session
+        .upgrade()
+        .map(|s| (s.state().ended(), s.state().ping_period()))
+    else {
+        return;
+    };
+    let mut beats = interval_at(Instant::now() + period, period);
+    beats.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = beats.tick() => {}
+            () = ended.cancelled() => return,
+        }
+        let Some(session) = session.upgrade() else {
+            return;
+        };
+        let state = session.state();
+        if state.usage.waiting.load(Ordering::SeqCst) {
+            continue;
+        }
+        let sent = Instant::now();
+        let answered = tokio::select! {
+            answered = session.ping() => answered.is_ok(),
+            () = sleep_until(state.confirmed_until()) => false,
+        };
+        if !answered {
+            state.end();
+            return;
+        }
+        state.answered(sent);
     }
 }
 

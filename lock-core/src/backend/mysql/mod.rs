@@ -104,6 +104,31 @@
 //! [`force_unlock`](crate::Locker::force_unlock) ends the session that holds the lock
 //! and each that holds one of its permits (`KILL`, as `IS_USED_LOCK` names them), with
 //! every other hold on them.
+//!
+//! A session is trusted only as long as the server has confirmed it: it lives at least
+//! one lease from when the latest statement the server answered on it was sent, on this
+//! process's monotonic clock. Past that instant without a newer answer, the store ends
+//! it (drops its connection): its holds report `lost()`, and
+//! [`is_held`](crate::LockGuard::is_held) and `release` answer not held. So a process
+//! paused past its lease claims none of its holds once it runs again, and a lock its
+//! paused call was granted meanwhile is not handed out (the call asks the server whether
+//! the session still lives first, and counts one that does not as a failed attempt).
+//!
+//! What faults mean (the tests in `tests/tests/mysql.rs` and the torture scenarios):
+//!
+//! - **A paused server** (`SIGSTOP`): lock calls return by their deadline with
+//!   [`Timeout`](crate::LockError::Timeout) (a call that does not wait, within one
+//!   lease); a lock a call's statement takes once the server answers is given back.
+//!   Unlike PostgreSQL, MariaDB 10.11 did not end the sessions as it resumed: in the
+//!   torture run of a server paused for two leases, before the store ended sessions
+//!   itself, every session lived on (the server read the pings that reached it during
+//!   the pause) and no hold was lost. Now the store ends them once a lease passes with
+//!   no answer, so a pause longer than the lease loses every hold, as on PostgreSQL; a
+//!   shorter one loses nothing.
+//! - **A restarted server**: every session ends with its connection; the holds are
+//!   lost at once, and the fencing tokens, kept in the fence table, go on rising.
+//! - **A paused process**: its sessions go idle and the server ends them one lease
+//!   later; when the process runs again, its holds are lost at once.
 
 mod builder;
 mod name;

@@ -1,6 +1,6 @@
 //! The store's sessions. A session is two connections: its own, which holds locks and
-//! which the server ends once it is idle for a lease (`wait_timeout`), kept busy while
-//! the process runs; and its watch, which waits inside the server (`GET_LOCK`) for a
+//! which the server ends once it is idle for a lease (`wait_timeout`), kept alive while
+//! the process runs ([`crate::backend::sessions`]); and its watch, which waits inside the server (`GET_LOCK`) for a
 //! marker lock that the session holds, and so learns at once that the session ended,
 //! however it ended. The bound and the lending are [`crate::backend::sessions`]'.
 
@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, DriverError, Opts, OptsBuilder};
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
@@ -43,12 +44,19 @@ impl sessions::Session for Session {
     fn is_idle(&self) -> bool {
         self.conn.try_lock().is_ok()
     }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        self.run(|conn| Box::pin(conn.ping()))
+            .await
+            .map_err(|e| LockError::backend("mysql: a session did not answer", e))
+    }
 }
 
 impl Session {
     /// Runs `work` on the connection, one at a time: the connection is not shared by
     /// statements in flight. Once the session ended, `work` does not run, and a statement
-    /// in flight when it ends is cut off with its connection.
+    /// in flight when it ends is cut off with its connection. Each answer confirms the
+    /// session.
     pub(super) async fn run<T: Send>(
         &self,
         work: impl for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, mysql_async::Error>>,
@@ -58,12 +66,15 @@ impl Session {
         let Some(live) = conn.as_mut().filter(|_| !ended.is_cancelled()) else {
             return Err(closed());
         };
+        let sent = Instant::now();
         let done = tokio::select! {
             done = work(live) => done,
             () = ended.cancelled() => Err(closed()),
         };
         if ended.is_cancelled() {
             conn.take();
+        } else if done.is_ok() {
+            self.state.answered(sent);
         }
         done
     }
@@ -79,8 +90,11 @@ impl Connect {
 impl Connector for Connect {
     type Session = Session;
 
-    /// Opens a session, leased, with its marker lock and its watch, and tends it until
-    /// it ends.
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Opens a session, leased, with its marker lock and its watch.
     async fn open(&self, state: SessionState<String>) -> Result<Arc<Session>, LockError> {
         let lease = self.lease.as_secs();
         let mut init = self.opts.init().to_vec();
@@ -108,7 +122,7 @@ impl Connector for Connect {
             state,
         });
         tokio::spawn(watch_over(watch, marker, lease, ended.clone()));
-        tokio::spawn(keep_busy(Arc::downgrade(&session), self.lease / 3, ended));
+        tokio::spawn(close_when_ended(Arc::downgrade(&session), ended));
         Ok(session)
     }
 }
@@ -130,22 +144,9 @@ async fn watch_over(mut watch: Conn, marker: String, lease: u64, ended: Cancella
     ended.cancel();
 }
 
-/// Pings the session every `period`, so that the server sees it busy as long as this
-/// process runs, and ends it one lease after the process stops; drops its connection
-/// once it ended, which frees its locks.
-async fn keep_busy(session: Weak<Session>, period: Duration, ended: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(period) => {}
-            () = ended.cancelled() => break,
-        }
-        let Some(session) = session.upgrade() else {
-            return;
-        };
-        if session.run(|conn| Box::pin(conn.ping())).await.is_err() {
-            session.state.end();
-        }
-    }
+/// Drops the session's connection once it ended, which frees its locks.
+async fn close_when_ended(session: Weak<Session>, ended: CancellationToken) {
+    ended.cancelled().await;
     if let Some(session) = session.upgrade() {
         session.conn.lock().await.take();
     }

@@ -1,7 +1,7 @@
-//! The store's sessions: connections kept busy so that the server ends one
-//! (`idle_session_timeout`) only once the process stops tending it, each listening for
-//! permits given back, and each reporting its end at once. The bound and the lending
-//! are [`crate::backend::sessions`]'.
+//! The store's sessions: connections the server ends once idle for a lease
+//! (`idle_session_timeout`), each listening for permits given back, and each reporting
+//! its end at once. The bound, the lending and the keeping alive are
+//! [`crate::backend::sessions`]'.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,6 +43,13 @@ impl sessions::Session for Session {
     fn state(&self) -> &SessionState<AdvisoryKey> {
         &self.state
     }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        self.client
+            .batch_execute("")
+            .await
+            .map_err(|e| LockError::backend("postgres: a session did not answer", e))
+    }
 }
 
 impl Session {
@@ -74,8 +81,11 @@ impl Connect {
 impl Connector for Connect {
     type Session = Session;
 
-    /// Opens a session, leased and listening for permits given back, and keeps it busy
-    /// until it ends.
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Opens a session, leased and listening for permits given back.
     async fn open(&self, state: SessionState<AdvisoryKey>) -> Result<Arc<Session>, LockError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(cannot_connect)?;
         tokio::spawn(run(connection, state.ended(), self.released.clone()));
@@ -92,14 +102,12 @@ impl Connector for Connect {
                     e,
                 )
             })?;
-        let session = Arc::new(Session {
+        Ok(Arc::new(Session {
             client,
             prepared: Mutex::default(),
             released: self.released.clone(),
             state,
-        });
-        tokio::spawn(keep_busy(Arc::downgrade(&session), self.lease / 3));
-        Ok(session)
+        }))
     }
 }
 
@@ -125,20 +133,6 @@ async fn run(
         () = ended.cancelled() => {}
     }
     ended.cancel();
-}
-
-/// Sends a statement every `period`, so that the server sees the session busy as long as
-/// this process runs, and ends it one lease after the process stops.
-async fn keep_busy(session: std::sync::Weak<Session>, period: Duration) {
-    loop {
-        tokio::time::sleep(period).await;
-        let Some(session) = session.upgrade() else {
-            return;
-        };
-        if session.state.has_ended() || session.client.batch_execute("").await.is_err() {
-            return;
-        }
-    }
 }
 
 fn cannot_connect(error: tokio_postgres::Error) -> LockError {

@@ -194,6 +194,7 @@ async fn fence(
     let name = request.key.as_str();
     let token: &str = &request.token;
     let slots = Slots::of(name).classid();
+    let sent = Instant::now();
     let rows = match key {
         AdvisoryKey::Bigint(k) => {
             let params: [&(dyn ToSql + Sync); 4] = [&name, &token, &slots, &k];
@@ -204,6 +205,7 @@ async fn fence(
             client.query(&statement, &params).await?
         }
     };
+    session.state().answered(sent);
     match rows.first() {
         Some(row) => {
             let fence: i64 = row.try_get(0)?;
