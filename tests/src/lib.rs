@@ -119,6 +119,7 @@
 mod cluster;
 mod curator;
 mod daemon;
+mod deadline;
 mod error;
 mod keys;
 mod mariadb;
@@ -137,13 +138,17 @@ use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
 pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
+pub use deadline::{DEADLINE_SLACK, calls_end_by_their_deadline_while_the_server_is_paused};
 pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;
 pub use overlap::holds_and_permits_of_one_name_never_overlap;
-pub use paused::a_paused_holder_frees_its_lock;
+pub use paused::{
+    a_call_paused_mid_wait_hands_out_no_lost_guard, a_paused_holder_frees_its_lock,
+    a_resumed_holder_claims_nothing,
+};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use reply::ValueExt;

@@ -1,12 +1,14 @@
 //! A holder whose process is paused, for the session stores' tests: its locks must come
-//! free about one session lease later.
+//! free about one session lease later, and once it runs again it claims none of them and
+//! is handed no guard its session may have lost meanwhile.
 
 use std::future::Future;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockOptions, Locker};
+use lock_core::{LockError, LockOptions, Locker};
 
 /// How long the second `Locker` waits for the paused holder's lock.
 const WAIT: Duration = Duration::from_secs(5);
@@ -91,4 +93,154 @@ where
         .recv()
         .expect("the paused holder's thread ended before it held the lock");
     holder
+}
+
+/// How soon after a paused holder runs again its guard must report the loss.
+const NOTICED: Duration = Duration::from_millis(500);
+
+/// Checks that a holder paused past its session `lease` claims nothing once it runs
+/// again: a `Locker` made by `make` takes a lock on a runtime of one thread of its own,
+/// which then stops for four leases, as a paused process stops; meanwhile another
+/// `Locker` takes the lock. Once the thread runs again, its guard answers `is_held()`
+/// false at once, its `lost()` fires within 500 ms and its `release()` says
+/// [`LockError::NotHeld`], while the other still holds the lock.
+///
+/// # Panics
+///
+/// If the resumed holder still claims the lock, or the other `Locker` cannot take it.
+#[track_caller]
+pub fn a_resumed_holder_claims_nothing<M, F>(lease: Duration, make: M)
+where
+    M: Fn() -> F + Clone + Send + 'static,
+    F: Future<Output = Locker>,
+{
+    let (taken_tx, taken_rx) = mpsc::channel();
+    let (held_tx, held_rx) = mpsc::channel();
+    let make_holder = make.clone();
+    let holder = thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the paused holder");
+        let guard = runtime.block_on(async { make_holder().await.lock("claimed").await.unwrap() });
+        held_tx.send(()).unwrap();
+        thread::sleep(lease * 4);
+        taken_rx
+            .recv()
+            .expect("the other Locker never took the lock");
+        runtime.block_on(async {
+            let held = guard.is_held().await;
+            assert!(
+                matches!(held, Ok(false)),
+                "a holder paused past its lease still claims the lock: {held:?}"
+            );
+            tokio::time::timeout(NOTICED, guard.lost())
+                .await
+                .expect("lost() did not fire once the paused holder ran again");
+            let released = guard.release().await;
+            assert!(
+                matches!(released, Err(LockError::NotHeld { .. })),
+                "a holder paused past its lease released the lock: {released:?}"
+            );
+        });
+    });
+    held_rx
+        .recv()
+        .expect("the paused holder's thread ended before it held the lock");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime for the other holder");
+    let guard = runtime.block_on(async {
+        make()
+            .await
+            .lock_with("claimed", LockOptions::new().wait(WAIT))
+            .await
+            .expect("the paused holder's lock never came free")
+    });
+    taken_tx.send(()).unwrap();
+    let resumed = holder.join();
+    runtime.block_on(async {
+        assert!(
+            guard.is_held().await.unwrap(),
+            "the new holder lost the lock"
+        );
+        guard.release().await.unwrap();
+    });
+    if let Err(panic) = resumed {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Checks that a process paused in the middle of a lock call is handed no guard its
+/// session lost meanwhile: a `Locker` made by `make` waits for a lock that another holds,
+/// on a runtime of one thread of its own; that thread stops for three session `lease`s,
+/// and meanwhile the other gives the lock back (the server grants it to the paused wait,
+/// then ends the idle session a lease later) and takes it again. Once the thread runs
+/// again, its call must not return while the other holds the lock, and the guard it
+/// returns once the other let go is held and not lost.
+///
+/// # Panics
+///
+/// If the resumed call hands out a guard already lost, or while the other holds the lock.
+#[track_caller]
+pub fn a_call_paused_mid_wait_hands_out_no_lost_guard<M, F>(lease: Duration, make: M)
+where
+    M: Fn() -> F + Clone + Send + 'static,
+    F: Future<Output = Locker>,
+{
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime for the other holder");
+    let locker = runtime.block_on(make());
+    let first = runtime.block_on(locker.lock("granted")).unwrap();
+    let other_holds = Arc::new(AtomicBool::new(true));
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let (resumed_tx, resumed_rx) = tokio::sync::oneshot::channel();
+    let holder = {
+        let other_holds = other_holds.clone();
+        let make = make.clone();
+        thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the paused caller");
+            let locker = runtime.block_on(make());
+            let call = runtime.spawn(async move {
+                let wait = LockOptions::new().wait(lease * 3 + WAIT * 2);
+                let guard = locker.lock_with("granted", wait).await?;
+                let held = guard.is_held().await? && !guard.is_lost();
+                let while_other_holds = other_holds.load(Ordering::SeqCst);
+                guard.release().await?;
+                Ok::<_, LockError>((held, while_other_holds))
+            });
+            // Long enough for the call to be waiting inside the server.
+            runtime.block_on(async { tokio::time::sleep(lease / 2).await });
+            waiting_tx.send(()).unwrap();
+            thread::sleep(lease * 3);
+            let _ = resumed_tx.send(());
+            runtime.block_on(call).expect("the paused call panicked")
+        })
+    };
+    waiting_rx
+        .recv()
+        .expect("the paused caller's thread ended before it waited");
+    runtime.block_on(async {
+        first.release().await.unwrap();
+        let again = locker
+            .lock_with("granted", LockOptions::new().wait(lease + WAIT))
+            .await
+            .expect("the paused caller's session kept the lock");
+        resumed_rx
+            .await
+            .expect("the paused caller's thread ended before it ran again");
+        // Time for the resumed call to hand out what it was granted while paused.
+        tokio::time::sleep(NOTICED).await;
+        other_holds.store(false, Ordering::SeqCst);
+        again.release().await.unwrap();
+    });
+    let (held, while_other_holds) = holder
+        .join()
+        .expect("the paused caller's thread panicked")
+        .expect("the paused call failed");
+    assert!(held, "the resumed call handed out a guard already lost");
+    assert!(
+        !while_other_holds,
+        "the resumed call handed out the lock while another held it"
+    );
 }

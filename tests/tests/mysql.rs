@@ -209,21 +209,51 @@ fn a_paused_holder_loses_its_locks_about_one_lease_later() {
     let server = MariaDbServer::spawn();
     let url = server.url();
     let lease = Duration::from_secs(1);
-    lock_tests::a_paused_holder_frees_its_lock(lease, move || {
-        let url = url.clone();
-        async move {
-            let store = MySqlStore::builder(&url)
-                .session_lease(lease)
-                .build()
-                .await
-                .unwrap();
-            Locker::builder()
-                .store(Arc::new(store))
-                .build()
-                .await
-                .unwrap()
-        }
+    lock_tests::a_paused_holder_frees_its_lock(lease, move || leased(url.clone(), lease));
+}
+
+#[test]
+fn a_holder_paused_past_its_lease_claims_nothing_once_it_runs_again() {
+    let server = MariaDbServer::spawn();
+    let url = server.url();
+    let lease = Duration::from_secs(2);
+    lock_tests::a_resumed_holder_claims_nothing(lease, move || leased(url.clone(), lease));
+}
+
+#[test]
+fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
+    let server = MariaDbServer::spawn();
+    let url = server.url();
+    let lease = Duration::from_secs(2);
+    lock_tests::a_call_paused_mid_wait_hands_out_no_lost_guard(lease, move || {
+        leased(url.clone(), lease)
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_end_by_their_deadline_while_the_server_is_paused() {
+    let server = MariaDbServer::spawn();
+    let url = server.url();
+    lock_tests::calls_end_by_their_deadline_while_the_server_is_paused(
+        || Locker::mysql(&url),
+        || server.pause(),
+        || server.resume(),
+    )
+    .await;
+}
+
+/// A `Locker` on the server at `url` whose sessions have `lease`.
+async fn leased(url: String, lease: Duration) -> Locker {
+    let store = MySqlStore::builder(&url)
+        .session_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    Locker::builder()
+        .store(Arc::new(store))
+        .build()
+        .await
+        .unwrap()
 }
 
 /// Holders on two `Locker`s increment a counter kept in the database, fenced (each holder
