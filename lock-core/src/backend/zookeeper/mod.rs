@@ -91,6 +91,7 @@
 //! new one until its deadline.
 
 mod builder;
+mod heartbeat;
 mod holds;
 mod operator;
 mod path;
@@ -102,13 +103,13 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 use tokio_util::task::TaskTracker;
 use zookeeper_client as zk;
 
 pub use builder::{DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, ZooKeeperStoreBuilder};
 use holds::Holds;
-use session::{Connect, Session, Sessions};
+use session::{Connect, Sessions};
 
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
@@ -164,6 +165,24 @@ impl ZooKeeperStore {
         path::lock_path(&self.0.base_path, key)
     }
 
+    /// Asks for the lock of `request` until an attempt answers, on a new session each
+    /// time the last was lost while it asked.
+    async fn attempts(&self, request: &Acquire) -> Result<Outcome, LockError> {
+        loop {
+            let session = self.0.sessions.current().await?;
+            let attempt = match request.kind {
+                LockKind::Semaphore { permits } => {
+                    self.acquire_permit(&session, request, permits).await
+                }
+                _ => self.lock(&session, request).await,
+            };
+            match attempt {
+                Err(_) if !session.is_live() && Instant::now() < request.deadline => {}
+                attempt => return attempt,
+            }
+        }
+    }
+
     /// Runs `work` in the background, if there is a runtime to run it on.
     fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -183,36 +202,39 @@ impl Store for ZooKeeperStore {
         true
     }
 
+    /// Returns by `request.deadline` whatever the ensemble does: [`Outcome::Held`] if it
+    /// has not answered by then (the node of a take it completes later is deleted then).
+    /// With no wait, the one attempt has the session timeout to complete.
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
         Box::pin(async move {
-            loop {
-                let session = self.0.sessions.current().await?;
-                let attempt = match request.kind {
-                    LockKind::Semaphore { permits } => {
-                        self.acquire_permit(&session, request, permits).await
-                    }
-                    _ => self.lock(&session, request).await,
-                };
-                match attempt {
-                    // The session was lost while it asked: ask again on a new one.
-                    Err(_) if !session.is_live() && Instant::now() < request.deadline => {}
-                    attempt => return attempt,
-                }
+            let waits = request.deadline > request.since;
+            let until = if waits {
+                request.deadline
+            } else {
+                Instant::now() + self.0.sessions.timeout()
+            };
+            match timeout_at(until, self.attempts(request)).await {
+                Ok(outcome) => outcome,
+                Err(_) if waits => Ok(Outcome::Held { holder_ttl: None }),
+                Err(_) => Err(failed(&request.key, "be answered", zk::Error::Timeout)),
             }
         })
     }
 
+    /// Deletes the hold's node, on a new connection if the one it was sent on broke:
+    /// `true` once its own delete is known to have removed the node. A loss of the hold
+    /// met meanwhile is reported only if it answers otherwise.
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let Some(held) = self.0.holds.release(hold.token) else {
+            let Some(held) = self.0.holds.give(hold.token) else {
                 return Ok(false);
             };
-            let Some(session) = held.session.upgrade() else {
-                return Ok(false);
+            let deleted = match held.session.upgrade() {
+                Some(session) => recipe::delete(&session, &held.path).await,
+                None => Ok(false),
             };
-            recipe::delete(&session, &held.path)
-                .await
-                .map_err(|e| failed(hold.key, "delete its node", e))
+            self.0.holds.settle(hold.token, matches!(deleted, Ok(true)));
+            deleted.map_err(|e| failed(hold.key, "delete its node", e))
         })
     }
 
@@ -221,27 +243,31 @@ impl Store for ZooKeeperStore {
         Box::pin(std::future::ready(Ok(vec![None; leases.len()])))
     }
 
-    /// Asks the server whether the hold's node is still its session's; `true` without
-    /// asking while the connection is down and the session may still live.
+    /// Asks the server whether the hold's node is still its session's. `false`, without
+    /// asking, once the session was not heard from for its timeout (the server may have
+    /// expired it), and if the server does not answer before then; `true` without asking
+    /// while the connection is down and the session was heard from since.
     fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let Some(held) = self.0.holds.get(hold.token) else {
                 return Ok(false);
             };
-            let Some(session) = held.session.upgrade().filter(Session::is_live) else {
+            let Some(session) = held.session.upgrade() else {
                 return Ok(false);
             };
             if session.is_disconnected() {
                 return Ok(true);
             }
-            match session.client.check_stat(&held.path).await {
-                Ok(stat) => {
+            let checked = timeout_at(session.heard.until(), session.client.check_stat(&held.path));
+            match checked.await {
+                Err(_) => Ok(false),
+                Ok(Ok(stat)) => {
                     let owner = session.client.session_id().0;
-                    Ok(stat.is_some_and(|s| s.ephemeral_owner == owner))
+                    Ok(stat.is_some_and(|s| s.ephemeral_owner == owner) && session.is_live())
                 }
-                Err(e) if session::cut_short(&e) => Ok(session.is_live()),
-                Err(_) if !session.is_live() => Ok(false),
-                Err(e) => Err(failed(hold.key, "read its node", e)),
+                Ok(Err(e)) if session::cut_short(&e) => Ok(session.is_live()),
+                Ok(Err(_)) if !session.is_live() => Ok(false),
+                Ok(Err(e)) => Err(failed(hold.key, "read its node", e)),
             }
         })
     }
