@@ -57,14 +57,17 @@ pub(super) fn cut_short(error: &zk::Error) -> bool {
 #[derive(Debug)]
 pub(super) struct Sessions {
     connect: Connect,
-    current: tokio::sync::Mutex<Option<Session>>,
+    current: Arc<Current>,
 }
+
+/// The live session, if one is open.
+type Current = tokio::sync::Mutex<Option<Session>>;
 
 impl Sessions {
     pub(super) fn new(connect: Connect) -> Self {
         Self {
             connect,
-            current: tokio::sync::Mutex::new(None),
+            current: Arc::new(tokio::sync::Mutex::new(None)),
         }
     }
 
@@ -85,6 +88,10 @@ impl Sessions {
         }
         let session = Session::open(&self.connect).await?;
         *current = Some(session.clone());
+        tokio::spawn(forget_once_ended(
+            Arc::downgrade(&self.current),
+            session.ended.clone(),
+        ));
         Ok(session)
     }
 
@@ -277,6 +284,20 @@ impl WeakSession {
                 Ok((None, _)) | Err(_) => return,
             }
         }
+    }
+}
+
+/// Drops the store's handle on the session of `ended` once it ends, so that the session
+/// is closed (and the server deletes its nodes) as soon as the calls under way on it are
+/// done with it, rather than kept open by the client until the store's next call.
+async fn forget_once_ended(current: Weak<Current>, ended: CancellationToken) {
+    ended.cancelled().await;
+    let Some(current) = current.upgrade() else {
+        return;
+    };
+    let mut current = current.lock().await;
+    if current.as_ref().is_some_and(|s| s.ended.is_cancelled()) {
+        *current = None;
     }
 }
 
