@@ -451,3 +451,227 @@ async fn released_locks_leave_no_node_behind() {
     .unwrap();
     eprintln!("reaped {:?} after the last release", released.elapsed());
 }
+
+/// How far past its deadline a lock call may return.
+const LATE: Duration = Duration::from_millis(250);
+
+/// Asks for `key` on `locker`, waiting `wait`: the call must not have taken it (the
+/// server does not answer), and must return by the deadline, give or take `LATE`.
+async fn gives_up_by_its_deadline(locker: &Locker, key: &str, wait: Duration) -> Duration {
+    let asked = Instant::now();
+    let answer = timeout(
+        wait + PATIENCE,
+        locker.lock_with(key, LockOptions::new().wait(wait)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the lock call on {key} never returned"));
+    let took = asked.elapsed();
+    let err = answer.expect_err("a lock taken from a server that does not answer");
+    assert!(
+        err.is_timeout() || err.is_backend(),
+        "{key}: neither a timeout nor a backend error: {err}"
+    );
+    assert!(
+        took <= wait + LATE,
+        "{key}: returned {took:?} after a wait of {wait:?}"
+    );
+    took
+}
+
+/// With the server paused for longer than the wait, a lock call on a held key and one on
+/// a free key each return by their deadline, rather than once the client gives the
+/// session up; so do they with the server killed, and once it is back the lock is taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_call_returns_by_its_deadline_whatever_the_server_does() {
+    const WAIT: Duration = Duration::from_secs(1);
+    let mut server = ZooKeeperServer::spawn();
+    let (holder, asking) = (
+        locker(&server.connect_string(), SESSION).await,
+        locker(&server.connect_string(), SESSION).await,
+    );
+    let held = holder.lock("deadline:held").await.unwrap();
+    server.pause();
+    let paused = Instant::now();
+    let (on_held, on_free) = tokio::join!(
+        gives_up_by_its_deadline(&asking, "deadline:held", WAIT),
+        gives_up_by_its_deadline(&asking, "deadline:free", WAIT),
+    );
+    eprintln!("paused: held key {on_held:?}, free key {on_free:?}");
+    assert!(
+        paused.elapsed() < SESSION + WAIT,
+        "the server was resumed too late to matter"
+    );
+    server.resume();
+    drop(held);
+
+    server.kill();
+    let took = gives_up_by_its_deadline(&asking, "deadline:killed", WAIT).await;
+    eprintln!("killed: {took:?}");
+    server.restart();
+    let wait = LockOptions::new().wait(Duration::from_secs(20));
+    let guard = asking.lock_with("deadline:killed", wait).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// A take that the server completes after its call gave up is undone: with the server
+/// paused for less than the session timeout, the call returns at its deadline, and once
+/// the server is back the node its create made is deleted, so another takes the lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_take_completed_after_its_call_gave_up_is_undone() {
+    const LONG_SESSION: Duration = Duration::from_secs(6);
+    let server = ZooKeeperServer::spawn();
+    let (asking, other) = (
+        locker(&server.connect_string(), LONG_SESSION).await,
+        locker(&server.connect_string(), LONG_SESSION).await,
+    );
+    server.pause();
+    gives_up_by_its_deadline(&asking, "late", Duration::from_millis(300)).await;
+    server.resume();
+    eventually(PATIENCE, "the late node to be deleted", || {
+        let other = other.clone();
+        async move { other.try_lock("late").await.ok().flatten().is_some() }
+    })
+    .await;
+    let listed = server.cli(&["ls", "/locks/late"]).unwrap_or_default();
+    assert!(listed.matches("-lock-").count() <= 1, "{listed}");
+}
+
+/// With the server paused, a hold is not claimed once the session was not heard from
+/// for its timeout: `lost()` fires and `is_held()` answers false by then, before the
+/// server is resumed (when the client itself would give the session up only at 7/5 of
+/// the timeout).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hold_is_not_claimed_past_the_session_timeout() {
+    let slack = Duration::from_millis(400);
+    let server = ZooKeeperServer::spawn();
+    let locker = locker(&server.connect_string(), SESSION).await;
+    let guard = locker.lock("unheard").await.unwrap();
+    server.pause();
+    let paused = Instant::now();
+    timeout(SESSION + slack, guard.lost())
+        .await
+        .expect("the hold outlived its session timeout");
+    let lost = paused.elapsed();
+    let held = timeout(slack, guard.is_held())
+        .await
+        .expect("is_held did not answer");
+    assert!(!held.unwrap(), "held past the session timeout");
+    eprintln!("lost {lost:?} after the pause");
+    server.resume();
+}
+
+/// A process paused past the session timeout (its clock jumps) claims no hold once it
+/// runs again: `is_held()` answers false at once and `lost()` fires, though the server,
+/// which kept hearing from the client library's own pings, may keep the session.
+#[tokio::test(flavor = "current_thread")]
+async fn a_process_paused_past_the_session_timeout_claims_no_hold() {
+    let server = ZooKeeperServer::spawn();
+    let locker = locker(&server.connect_string(), SESSION).await;
+    let guard = locker.lock("asleep").await.unwrap();
+    assert!(guard.is_held().await.unwrap());
+    tokio::time::pause();
+    tokio::time::advance(SESSION + Duration::from_millis(500)).await;
+    tokio::time::resume();
+    assert!(!guard.is_held().await.unwrap(), "held after the pause");
+    timeout(Duration::from_millis(500), guard.lost())
+        .await
+        .expect("the pause went unnoticed");
+    let next = locker
+        .lock_with("asleep", LockOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .expect("locks again on a new session");
+    assert!(next.is_held().await.unwrap());
+    next.release().await.unwrap();
+}
+
+/// On a 3-node ensemble, two `Locker`s pass one lock back and forth while the leader is
+/// killed: grants resume within a few seconds of the new leader's election, and no
+/// release answers that the hold was not its owner's unless the hold was lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_passed_back_and_forth_survives_a_lost_leader() {
+    const LONG_SESSION: Duration = Duration::from_secs(8);
+    const RESUMED: Duration = Duration::from_secs(6);
+    let mut ensemble = ZooKeeperEnsemble::spawn();
+    let connect = ensemble.connect_string();
+    let grants = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut relays = Vec::new();
+    for _ in 0..2 {
+        let locker = locker(&connect, LONG_SESSION).await;
+        let (grants, stop) = (grants.clone(), stop.clone());
+        relays.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let wait = LockOptions::new().wait(Duration::from_secs(30));
+                let Ok(guard) = locker.lock_with("relay", wait).await else {
+                    continue;
+                };
+                grants.lock().unwrap().push(Instant::now());
+                let lost = guard.lost();
+                sleep(Duration::from_millis(5)).await;
+                let released = guard.release().await;
+                if let Err(lock_core::LockError::NotHeld { .. }) = released {
+                    timeout(Duration::from_secs(1), lost)
+                        .await
+                        .expect("a release answered not held for a hold never lost");
+                }
+            }
+        }));
+    }
+    let count = |grants: &std::sync::Mutex<Vec<Instant>>| grants.lock().unwrap().len();
+    eventually(PATIENCE, "the lock passed around before the kill", || {
+        let grants = grants.clone();
+        async move { count(&grants) >= 50 }
+    })
+    .await;
+    let leader = ensemble.leader();
+    ensemble.kill(leader);
+    let killed = Instant::now();
+    let ensemble = tokio::task::spawn_blocking(move || {
+        ensemble.wait_quorum();
+        ensemble
+    })
+    .await
+    .unwrap();
+    let elected = Instant::now();
+    eprintln!("new leader {:?} after the kill", elected - killed);
+    let resumed = timeout(RESUMED, async {
+        loop {
+            let after = grants
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|g| **g > elected)
+                .count();
+            if after >= 10 {
+                return;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let last_before = grants
+        .lock()
+        .unwrap()
+        .iter()
+        .rfind(|g| **g <= killed)
+        .copied();
+    let first_after = grants
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|g| **g > killed)
+        .copied();
+    eprintln!(
+        "grants stopped for {:?}",
+        first_after.zip(last_before).map(|(a, b)| a - b)
+    );
+    resumed.expect("grants did not resume after the election");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for relay in relays {
+        timeout(Duration::from_secs(40), relay)
+            .await
+            .expect("a relay did not stop")
+            .unwrap();
+    }
+    drop(ensemble);
+}

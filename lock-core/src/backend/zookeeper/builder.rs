@@ -73,8 +73,9 @@ impl ZooKeeperStoreBuilder {
     /// How long the session outlives a lost connection ([`DEFAULT_SESSION_TIMEOUT`]
     /// unless told otherwise; the server may bound it between 2 and 20 of its ticks).
     /// A holder cut off for longer loses its holds: the server deletes their nodes, and
-    /// the client declares the session lost itself once 7/5 of the timeout has passed
-    /// without a reconnect. It is also how long a dead holder keeps its lock.
+    /// the store declares the session lost itself once the server has not answered it
+    /// for the timeout (see [Sessions](crate::backend::zookeeper#sessions)). With no wait, it also bounds a
+    /// lock call's one attempt. It is also how long a dead holder keeps its lock.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = timeout;
         self

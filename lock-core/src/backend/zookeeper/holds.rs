@@ -4,16 +4,28 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
 
 use super::session::{Session, WeakSession};
 
-/// One hold: its node, the session the node lives on, and whether its owner gave it back.
+/// How far its owner got in giving a hold back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Return {
+    /// Not asked to, or it failed: a loss of the hold is its guard's to report.
+    Kept,
+    /// Its release is under way: a loss met meanwhile waits for how it ends.
+    Giving,
+    /// Its release deleted its node.
+    Given,
+}
+
+/// One hold: its node, the session the node lives on, and how far its owner got in
+/// giving it back.
 #[derive(Debug, Clone)]
 pub(super) struct Held {
     pub(super) session: WeakSession,
     pub(super) path: String,
-    released: CancellationToken,
+    giving: watch::Sender<Return>,
 }
 
 /// Every hold this store took and has not given back, by owner token.
@@ -29,13 +41,13 @@ impl Holds {
         session: Session,
         path: String,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let released = CancellationToken::new();
+        let giving = watch::Sender::new(Return::Kept);
         let session = session.downgrade();
-        let lost = session.clone().lost(path.clone(), released.clone());
+        let lost = session.clone().lost(path.clone(), giving.clone());
         let held = Held {
             session,
             path,
-            released,
+            giving,
         };
         self.map().insert(token.clone(), held);
         lost
@@ -46,12 +58,21 @@ impl Holds {
         self.map().get(token).cloned()
     }
 
-    /// Forgets the hold of `token`, whose owner gives it back: its loss is no longer
-    /// reported.
-    pub(super) fn release(&self, token: &str) -> Option<Held> {
-        let held = self.map().remove(token)?;
-        held.released.cancel();
+    /// The hold of `token`, whose owner begins to give it back: a loss met from now on
+    /// is reported only if the release does not delete its node ([`settle`](Self::settle)).
+    pub(super) fn give(&self, token: &str) -> Option<Held> {
+        let held = self.get(token)?;
+        held.giving.send_replace(Return::Giving);
         Some(held)
+    }
+
+    /// Forgets the hold of `token`, whose release ended: its loss is no longer reported
+    /// if the release deleted its node (`given`), and is otherwise.
+    pub(super) fn settle(&self, token: &str, given: bool) {
+        if let Some(held) = self.map().remove(token) {
+            let settled = if given { Return::Given } else { Return::Kept };
+            held.giving.send_replace(settled);
+        }
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held>> {

@@ -44,6 +44,7 @@ impl ZooKeeperStore {
         let Some((node, fence)) = self.take_turn(session, &dir, prefix, request).await? else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
+        still_live(session, request)?;
         let lost = self
             .0
             .holds
@@ -81,6 +82,19 @@ impl ZooKeeperStore {
             }
         }
     }
+}
+
+/// Fails, as a lost session's attempt, unless `session` is [live](Session::is_live) by
+/// what is known here: no hold is handed out on a session the server may have expired.
+pub(super) fn still_live(session: &Session, request: &Acquire) -> Result<(), LockError> {
+    if session.is_live() {
+        return Ok(());
+    }
+    Err(failed(
+        &request.key,
+        "keep its session",
+        zk::Error::SessionExpired,
+    ))
 }
 
 /// Creates the node `{dir}/{prefix}{sequence}`, and `dir` with its parents if they are
@@ -135,8 +149,9 @@ pub(super) async fn find(
 
 /// Waits until the node `name` under `dir` holds the lock, or the deadline: each time,
 /// it lists the lock's contenders (and its semaphore's leases, in the same request), and
-/// watches the one node it waits for (`getData`), or the leases. A semaphore's leases
-/// keep every other kind out until they are given back.
+/// watches the one node it waits for (`getData`), or the leases, and looks again each
+/// time the connection comes back, lest the watch missed a deletion while it was down.
+/// A semaphore's leases keep every other kind out until they are given back.
 async fn wait_turn(
     session: &Session,
     dir: &str,
@@ -145,6 +160,7 @@ async fn wait_turn(
 ) -> Result<Turn, zk::Error> {
     let leases = format!("{dir}/{LEASES}");
     loop {
+        let reconnect = session.next_connect();
         let [children, leased] = list_both(session, dir, &leases).await?;
         let leased = match leased {
             Ok(leases) => !leases.is_empty(),
@@ -185,6 +201,7 @@ async fn wait_turn(
         };
         tokio::select! {
             _ = watcher.changed() => {}
+            () = reconnect => {}
             () = sleep_until(deadline) => return Ok(Turn::Deadline),
             () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
         }

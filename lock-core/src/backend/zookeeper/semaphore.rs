@@ -19,7 +19,7 @@ use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
 use super::path::{self, Contender};
-use super::recipe::{LEASES, Pending, create, delete, list_both};
+use super::recipe::{LEASES, Pending, create, delete, list_both, still_live};
 use super::session::Session;
 use super::{ZooKeeperStore, failed};
 use crate::backend::store::{Acquire, Acquired, Outcome};
@@ -69,6 +69,7 @@ impl ZooKeeperStore {
         let Some(fence) = room else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
+        still_live(session, request)?;
         let lost = self
             .0
             .holds
@@ -122,7 +123,8 @@ impl ZooKeeperStore {
 
 /// Waits, while its acquirer holds the mutex, until `lease` holds a permit: the lease
 /// made (again, if it gave way), no other kind contends for the lock (the lease is given
-/// up while one does, so that the other goes first), and no more leases than the count.
+/// up while one does, so that the other goes first), and no more leases than the count;
+/// it looks again each time the connection comes back, lest a watch missed an event.
 /// The lease's creation zxid, or `None` at the deadline (its lease, if made, still there
 /// for the caller to delete).
 async fn wait_for_room(
@@ -140,6 +142,7 @@ async fn wait_for_room(
             (lease.name, fence) = (Some(name), zxid);
         }
         let mine = lease.name.clone().unwrap_or_default();
+        let reconnect = session.next_connect();
         let (contenders, leases) = contenders_and_leases(session, dir).await?;
         let watchers = if let Some(Contender { name, .. }) = contenders.first() {
             lease.name = None;
@@ -177,6 +180,7 @@ async fn wait_for_room(
             futures_util::future::select_all(watchers.into_iter().map(|w| Box::pin(w.changed())));
         tokio::select! {
             _ = changed => {}
+            () = reconnect => {}
             () = sleep_until(deadline) => return Ok(None),
             () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
         }

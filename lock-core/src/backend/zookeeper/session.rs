@@ -1,15 +1,20 @@
-//! The session the holds live on: opened on first use, watched for its loss, and opened
-//! again by the next acquisition once it is lost.
+//! The session the holds live on: opened on first use, watched for its loss (its end,
+//! or no word from the server for its timeout: see [`heartbeat`](super::heartbeat)), and
+//! opened again by the next acquisition once it is lost.
 
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::ZooKeeperStore;
+use super::heartbeat::{self, Heard};
+use super::holds::Return;
 use crate::LockError;
 
 /// How to open a session: where the ensemble is, for how long a session outlives its
@@ -52,19 +57,27 @@ pub(super) fn cut_short(error: &zk::Error) -> bool {
 #[derive(Debug)]
 pub(super) struct Sessions {
     connect: Connect,
-    current: tokio::sync::Mutex<Option<Session>>,
+    current: Arc<Current>,
 }
+
+/// The live session, if one is open.
+type Current = tokio::sync::Mutex<Option<Session>>;
 
 impl Sessions {
     pub(super) fn new(connect: Connect) -> Self {
         Self {
             connect,
-            current: tokio::sync::Mutex::new(None),
+            current: Arc::new(tokio::sync::Mutex::new(None)),
         }
     }
 
     pub(super) fn connect_string(&self) -> &str {
         &self.connect.connect_string
+    }
+
+    /// How long a session outlives its connection, as asked of the server.
+    pub(super) fn timeout(&self) -> Duration {
+        self.connect.session_timeout
     }
 
     /// The live session, opening a new one if there is none or the last was lost.
@@ -75,6 +88,10 @@ impl Sessions {
         }
         let session = Session::open(&self.connect).await?;
         *current = Some(session.clone());
+        tokio::spawn(forget_once_ended(
+            Arc::downgrade(&self.current),
+            session.ended.clone(),
+        ));
         Ok(session)
     }
 
@@ -92,14 +109,17 @@ impl Sessions {
 #[derive(Debug, Clone)]
 pub(super) struct Session {
     pub(super) client: Arc<zk::Client>,
-    /// Cancelled once the session is lost: expired, closed, or declared lost by the
-    /// client itself when no reconnect came within the timeout.
+    /// Cancelled once the session is lost: expired, closed, or not heard from for its
+    /// timeout.
     pub(super) ended: CancellationToken,
+    /// When the server last answered for it.
+    pub(super) heard: Heard,
 }
 
 impl Session {
     /// Connects, and watches the new session until it is lost.
     async fn open(connect: &Connect) -> Result<Self, LockError> {
+        let since = Instant::now();
         let mut connector = zk::Client::connector()
             .with_session_timeout(connect.session_timeout)
             .with_connection_timeout(connect.session_timeout);
@@ -115,9 +135,12 @@ impl Session {
             .map_err(|e| unreachable(connect, e))?;
         let ended = CancellationToken::new();
         tokio::spawn(watch(client.state_watcher(), ended.clone()));
+        let client = Arc::new(client);
+        let heard = heartbeat::start(&client, since, ended.clone());
         Ok(Self {
-            client: Arc::new(client),
+            client,
             ended,
+            heard,
         })
     }
 
@@ -126,12 +149,14 @@ impl Session {
         WeakSession {
             client: Arc::downgrade(&self.client),
             ended: self.ended.clone(),
+            heard: self.heard.clone(),
         }
     }
 
-    /// Whether the session may still hold nodes.
+    /// Whether the session still holds its nodes, by what is known here: not ended, and
+    /// heard from within its timeout.
     pub(super) fn is_live(&self) -> bool {
-        !self.ended.is_cancelled() && !self.client.state().is_terminated()
+        !self.ended.is_cancelled() && !self.client.state().is_terminated() && self.heard.is_fresh()
     }
 
     /// Whether the connection is down for now (the session may still live).
@@ -159,14 +184,27 @@ impl Session {
         }
     }
 
+    /// A future that resolves when the connection next comes back (or the session ends):
+    /// made before a read, it tells that a watch set by that read may have missed an
+    /// event while the connection was down.
+    pub(super) fn next_connect(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut states = self.client.state_watcher();
+        async move {
+            loop {
+                let state = states.changed().await;
+                if is_connected(state) || state.is_terminated() {
+                    return;
+                }
+            }
+        }
+    }
+
     /// Returns once the connection is up, or fails once the session is lost.
     pub(super) async fn reconnected(&self) -> Result<(), zk::Error> {
         let mut states = self.client.state_watcher();
         loop {
             match states.state() {
-                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                    return Ok(());
-                }
+                state if is_connected(state) => return Ok(()),
                 state if state.is_terminated() => return Err(zk::Error::SessionExpired),
                 _ => {}
             }
@@ -178,60 +216,88 @@ impl Session {
     }
 }
 
+/// Whether the client is connected in `state`.
+fn is_connected(state: zk::SessionState) -> bool {
+    matches!(
+        state,
+        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+    )
+}
+
 /// A session as a hold keeps it: without keeping it open.
 #[derive(Debug, Clone)]
 pub(super) struct WeakSession {
     client: Weak<zk::Client>,
     ended: CancellationToken,
+    heard: Heard,
 }
 
 impl WeakSession {
-    /// The session, if it was not ended.
+    /// The session, if it is [live](Session::is_live).
     pub(super) fn upgrade(&self) -> Option<Session> {
-        if self.ended.is_cancelled() {
-            return None;
-        }
-        let client = self.client.upgrade()?;
-        Some(Session {
-            client,
+        let session = Session {
+            client: self.client.upgrade()?,
             ended: self.ended.clone(),
-        })
+            heard: self.heard.clone(),
+        };
+        session.is_live().then_some(session)
     }
 
     /// Resolves when the node at `path` is gone other than by its owner's release
-    /// (`released`): deleted by an operator, or with the session.
-    pub(super) async fn lost(self, path: String, released: CancellationToken) {
+    /// (`giving`): deleted by an operator, or with the session. A loss met while its
+    /// owner gives it back is the release's to report, unless the release fails.
+    pub(super) async fn lost(self, path: String, giving: watch::Sender<Return>) {
         tokio::select! {
             () = self.ended.cancelled() => {}
             () = self.deleted(&path) => {}
         }
-        if released.is_cancelled() {
+        let mut giving = giving.subscribe();
+        let settled = giving.wait_for(|r| *r != Return::Giving).await.map(|r| *r);
+        if settled.is_ok_and(|r| r == Return::Given) {
             std::future::pending::<()>().await;
         }
     }
 
-    /// Resolves when the node at `path` is deleted, or the session is gone.
+    /// Resolves when the node at `path` is deleted, or the session is gone. It looks
+    /// again each time the connection comes back, lest its watch missed the deletion.
     async fn deleted(&self, path: &str) {
         loop {
             let Some(session) = self.upgrade() else {
                 return;
             };
+            let reconnect = session.next_connect();
             let watched = session
                 .retry(|| session.client.check_and_watch_stat(path))
                 .await;
             drop(session);
             match watched {
-                Ok((Some(_), watcher)) => {
-                    let event = watcher.changed().await;
-                    if event.event_type == zk::EventType::NodeDeleted
-                        || event.session_state.is_terminated()
-                    {
-                        return;
+                Ok((Some(_), watcher)) => tokio::select! {
+                    event = watcher.changed() => {
+                        if event.event_type == zk::EventType::NodeDeleted
+                            || event.session_state.is_terminated()
+                        {
+                            return;
+                        }
                     }
-                }
+                    () = reconnect => {}
+                },
                 Ok((None, _)) | Err(_) => return,
             }
         }
+    }
+}
+
+/// Drops the store's handle on the session of `ended` once it ends, so that the session
+/// is closed (and the server deletes its nodes) as soon as the calls under way on it are
+/// done with it, rather than kept open by the client until the store's next call.
+async fn forget_once_ended(current: Weak<Current>, ended: CancellationToken) {
+    ended.cancelled().await;
+    let Some(current) = current.upgrade() else {
+        return;
+    };
+    let mut current = current.lock().await;
+    if current.as_ref().is_some_and(|s| s.ended.is_cancelled()) {
+        *current = None;
     }
 }
 
