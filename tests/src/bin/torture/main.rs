@@ -34,6 +34,7 @@
 
 mod ledger;
 mod options;
+mod promises;
 mod report;
 mod scenario;
 mod store;

@@ -10,6 +10,7 @@ use lock_tests::{PostgresServer, RedisServer, ValueExt};
 
 use crate::ledger::{self, Event, KeyTally};
 use crate::options::Options;
+use crate::promises::{self, PausedHolder};
 use crate::report::Row;
 use crate::store::{self, Deployment, Store};
 use crate::worker::{self, Sections};
@@ -64,8 +65,9 @@ pub(crate) struct Scenario {
     pub(crate) fault: Fault,
     pub(crate) sections: Sections,
     /// The expected outcome, beyond what every scenario must show: no lost update, no
-    /// token granted twice, every worker stopping when told, and progress after the
-    /// fault.
+    /// token granted twice, every worker stopping when told, progress after the fault,
+    /// and the lock's own promises (see [`promises`]): no lock call past its wait, no
+    /// guard born lost, no overtaken holder claiming its hold.
     pub(crate) expected: &'static str,
 }
 
@@ -252,8 +254,8 @@ struct Injected {
     longest_stall: Option<Duration>,
     /// For RedLock: the writes accepted while a minority was paused.
     during_minority: Option<u64>,
-    /// For a paused holder: its pid.
-    paused_holder: Option<u32>,
+    /// For a paused holder: its pid, and how long it was paused.
+    paused_holder: Option<PausedHolder>,
     /// For a killed holder on PostgreSQL, which frees its locks at once: how many it held
     /// as it was killed.
     killed_holder_locks: Option<u64>,
@@ -267,6 +269,7 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
     let mut store = Store::spawn(scenario.deployment);
     let keys: Vec<String> = (0..options.keys).map(|i| format!("account:{i}")).collect();
     let mut workers = Workers::spawn(scenario, options, &store.spec(), &ledger.url(), &keys);
+    let pids = workers.pids();
 
     thread::sleep(options.before);
     if scenario.sections == Sections::OneSlowHolder {
@@ -328,8 +331,9 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
             "{leftover} locks still held after the workers stopped"
         ));
     }
-    if let Some(pid) = injected.paused_holder {
-        let refused = ledger::refused_writes_of(&ledger, pid).expect("read the ledger");
+    promises::judge(&mut row, &ledger, &pids, injected.paused_holder);
+    if let Some(paused) = injected.paused_holder {
+        let refused = ledger::refused_writes_of(&ledger, paused.pid).expect("read the ledger");
         row.note(format!(
             "{refused} writes of the paused holder refused by the fence"
         ));
@@ -495,6 +499,7 @@ fn inject(
         }
         Fault::HolderPaused => {
             let pid = workers.signal_first("STOP");
+            let paused = Instant::now();
             // On PostgreSQL the server ends the paused process's idle sessions, and their
             // locks come free, within the pause.
             let longest_stall = match store {
@@ -506,7 +511,10 @@ fn inject(
             };
             workers.signal_first("CONT");
             Injected {
-                paused_holder: Some(pid),
+                paused_holder: Some(PausedHolder {
+                    pid,
+                    span: paused.elapsed(),
+                }),
                 longest_stall,
                 ..once
             }
@@ -748,6 +756,11 @@ impl Workers {
             children,
             killed: None,
         }
+    }
+
+    /// Every worker's pid, in order.
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
     }
 
     /// The first worker's pid.
