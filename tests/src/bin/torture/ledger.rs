@@ -5,7 +5,8 @@
 //! Per key `K`, the hash `torture:K` has the fields `value`, `newest_token`, `accepted`,
 //! `refused` (writes), `refused_reads`, `overlaps` and `granted_twice`; the set `torture:K:inside` holds
 //! `"{pid}:{token}"` for each section running now, and `torture:K:granted` every token a
-//! section ever ran under. The hash `torture:stats` counts the workers' events,
+//! section ever ran under. The hash `torture:stats` counts the workers' events, and
+//! `torture:stats:{event}` each event by process (pid),
 //! `torture:refused_writers` each process's refused writes, by pid, and
 //! `torture:lock_calls` each process's longest lock call of each kind, as the fields
 //! `{pid}:{kind}:took` and `{pid}:{kind}:wait` (milliseconds).
@@ -84,6 +85,10 @@ const LOCK_CALLS: &str = "torture:lock_calls";
 
 fn hash(key: &str) -> String {
     format!("torture:{key}")
+}
+
+fn by_process(event: Event) -> String {
+    format!("{STATS}:{}", event.field())
 }
 
 fn inside(key: &str) -> String {
@@ -258,8 +263,15 @@ impl Ledger {
         Ok(())
     }
 
+    /// Counts `event`, and counts it for this process.
     pub(crate) async fn count(&self, event: Event) -> RedisResult<()> {
-        self.conn.clone().hincr(STATS, event.field(), 1).await
+        redis::pipe()
+            .hincr(STATS, event.field(), 1)
+            .ignore()
+            .hincr(by_process(event), self.pid, 1)
+            .ignore()
+            .query_async(&mut self.conn.clone())
+            .await
     }
 
     fn member(&self, token: u64) -> String {
@@ -302,6 +314,11 @@ impl KeyTally {
 /// How many times workers counted `event`.
 pub(crate) fn events(ledger: &RedisServer, event: Event) -> Result<u64, HarnessError> {
     count(ledger, STATS, event.field())
+}
+
+/// How many times the process `pid` counted `event`.
+pub(crate) fn events_of(ledger: &RedisServer, event: Event, pid: u32) -> Result<u64, HarnessError> {
+    count(ledger, &by_process(event), &pid.to_string())
 }
 
 /// How many writes of the process `pid` the fence refused, over every key.

@@ -37,10 +37,16 @@ pub(crate) fn judge(
     note_tries(row, ledger, pids);
     row.born_lost = ledger::events(ledger, Event::BornLost).expect("read the ledger");
     if row.born_lost > 0 {
-        row.violation(format!(
+        let mut violation = format!(
             "{} guards born lost: lost already as the lock call handed them out",
             row.born_lost
-        ));
+        );
+        if let Some(paused) = paused {
+            let of_paused =
+                ledger::events_of(ledger, Event::BornLost, paused.pid).expect("read the ledger");
+            violation.push_str(&format!(" ({of_paused} of them the paused holder's)"));
+        }
+        row.violation(violation);
     }
     row.claimed_ended = ledger::events(ledger, Event::ClaimedEnded).expect("read the ledger");
     if row.claimed_ended > 0 {
