@@ -119,6 +119,12 @@ fn zookeeper_server_paused() {
     torture("zookeeper-server-paused");
 }
 
+/// The server restarted from its data dir: sessions and nodes kept, tokens still rising.
+#[test]
+fn zookeeper_server_restarted() {
+    torture("zookeeper-server-restarted");
+}
+
 #[test]
 fn zookeeper_leader_killed() {
     torture("zookeeper-leader-killed");
@@ -142,6 +148,13 @@ fn mariadb_session_killed() {
     torture("mariadb-session-killed");
 }
 
+/// The server frozen past the session lease: the sessions outlive it, no lock call runs
+/// past its wait, and locks are served again once it resumes.
+#[test]
+fn mariadb_server_paused() {
+    torture("mariadb-server-paused");
+}
+
 #[test]
 fn mariadb_server_restarted() {
     torture("mariadb-server-restarted");
@@ -163,6 +176,13 @@ fn mariadb_holder_paused() {
 #[test]
 fn postgres_backend_terminated() {
     torture("postgres-backend-terminated");
+}
+
+/// The server and its backends frozen past the session lease: holders see their sessions
+/// lost, no lock call runs past its wait, and locks are served again once it resumes.
+#[test]
+fn postgres_server_paused() {
+    torture("postgres-server-paused");
 }
 
 #[test]
@@ -204,14 +224,17 @@ fn every_scenario_is_tested() {
         "sentinel-failover",
         "redlock-paused",
         "zookeeper-server-paused",
+        "zookeeper-server-restarted",
         "zookeeper-leader-killed",
         "zookeeper-holder-killed",
         "zookeeper-holder-paused",
         "postgres-backend-terminated",
+        "postgres-server-paused",
         "postgres-server-restarted",
         "postgres-holder-killed",
         "postgres-holder-paused",
         "mariadb-session-killed",
+        "mariadb-server-paused",
         "mariadb-server-restarted",
         "mariadb-holder-killed",
         "mariadb-holder-paused",

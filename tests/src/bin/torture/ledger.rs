@@ -6,7 +6,12 @@
 //! `refused` (writes), `refused_reads`, `overlaps` and `granted_twice`; the set `torture:K:inside` holds
 //! `"{pid}:{token}"` for each section running now, and `torture:K:granted` every token a
 //! section ever ran under. The hash `torture:stats` counts the workers' events, and
-//! `torture:refused_writers` each process's refused writes, by pid.
+//! `torture:stats:{event}` each event by process (pid),
+//! `torture:refused_writers` each process's refused writes, by pid, and
+//! `torture:lock_calls` each process's longest lock call of each kind, as the fields
+//! `{pid}:{kind}:took` and `{pid}:{kind}:wait` (milliseconds).
+
+use std::time::Duration;
 
 use lock_tests::{HarnessError, RedisServer, ValueExt};
 use redis::aio::MultiplexedConnection;
@@ -60,11 +65,30 @@ redis.call('HINCRBY', KEYS[1], 'accepted', 1)
 return 1
 ";
 
+/// Keeps a process's longest lock call of a kind: the one that ran furthest past its
+/// wait. KEYS: `torture:lock_calls`; ARGV: `"{pid}:{kind}"`, how long the call took, the
+/// wait it asked for (milliseconds).
+const LOCK_CALL: &str = r"
+local took, wait = ARGV[1] .. ':took', ARGV[1] .. ':wait'
+local longest = redis.call('HGET', KEYS[1], took)
+if longest and tonumber(longest) - tonumber(redis.call('HGET', KEYS[1], wait))
+    >= tonumber(ARGV[2]) - tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], took, ARGV[2], wait, ARGV[3])
+return 1
+";
+
 const STATS: &str = "torture:stats";
 const REFUSED_WRITERS: &str = "torture:refused_writers";
+const LOCK_CALLS: &str = "torture:lock_calls";
 
 fn hash(key: &str) -> String {
     format!("torture:{key}")
+}
+
+fn by_process(event: Event) -> String {
+    format!("{STATS}:{}", event.field())
 }
 
 fn inside(key: &str) -> String {
@@ -92,6 +116,12 @@ pub(crate) enum Event {
     FoundGone,
     /// ... and it had not reported itself lost by a lifetime later.
     LossUnreported,
+    /// A lock call handed out a guard that was lost already: its `lost()` had fired, or
+    /// the store said it did not hold the lock.
+    BornLost,
+    /// A holder that the fence had found overtaken (a newer holder wrote or read) still
+    /// claimed its hold: `is_held()` answered true, or `release()` answered Ok.
+    ClaimedEnded,
 }
 
 impl Event {
@@ -104,7 +134,48 @@ impl Event {
             Event::LockError => "lock_errors",
             Event::FoundGone => "found_gone",
             Event::LossUnreported => "loss_unreported",
+            Event::BornLost => "born_lost",
+            Event::ClaimedEnded => "claimed_ended",
         }
+    }
+}
+
+/// The kinds of lock call whose longest the ledger keeps, apart: a try takes one attempt
+/// without waiting, so only the store's own timeouts bound it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallKind {
+    /// A call that asked to wait for the lock.
+    Waiting,
+    /// A call with no wait (`try_lock`).
+    Try,
+}
+
+impl CallKind {
+    fn name(self) -> &'static str {
+        match self {
+            CallKind::Waiting => "waiting",
+            CallKind::Try => "try",
+        }
+    }
+}
+
+/// A lock call, from the call until it returned Ok or Err.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockCall {
+    pub(crate) took: Duration,
+    /// The wait it asked for.
+    pub(crate) wait: Duration,
+}
+
+impl LockCall {
+    /// How far it ran past its wait (zero if it did not).
+    pub(crate) fn overrun(&self) -> Duration {
+        self.took.saturating_sub(self.wait)
+    }
+
+    /// Whether it ran further past its wait (or less far short of it) than `other`.
+    pub(crate) fn ran_further_than(&self, other: &LockCall) -> bool {
+        self.took + other.wait > other.took + self.wait
     }
 }
 
@@ -115,6 +186,7 @@ pub(crate) struct Ledger {
     enter: Script,
     read: Script,
     write: Script,
+    lock_call: Script,
     pid: u32,
 }
 
@@ -128,6 +200,7 @@ impl Ledger {
             enter: Script::new(ENTER),
             read: Script::new(&format!("{FENCE}{READ}")),
             write: Script::new(&format!("{FENCE}{WRITE}")),
+            lock_call: Script::new(LOCK_CALL),
             pid: std::process::id(),
         })
     }
@@ -161,9 +234,10 @@ impl Ledger {
         Ok(u64::try_from(value).ok())
     }
 
-    /// Writes the counter, unless a newer token has been seen (the ledger counts it).
-    pub(crate) async fn write(&self, key: &str, token: u64, value: u64) -> RedisResult<()> {
-        let _accepted: i64 = self
+    /// Writes the counter, unless a newer token has been seen (the ledger counts it):
+    /// whether it was accepted.
+    pub(crate) async fn write(&self, key: &str, token: u64, value: u64) -> RedisResult<bool> {
+        let accepted: i64 = self
             .write
             .key(hash(key))
             .key(REFUSED_WRITERS)
@@ -172,11 +246,32 @@ impl Ledger {
             .arg(self.pid)
             .invoke_async(&mut self.conn.clone())
             .await?;
+        Ok(accepted == 1)
+    }
+
+    /// Keeps `call` as this process's longest of `kind` if it ran further past its wait
+    /// than the longest so far.
+    pub(crate) async fn lock_call(&self, kind: CallKind, call: LockCall) -> RedisResult<()> {
+        let _kept: i64 = self
+            .lock_call
+            .key(LOCK_CALLS)
+            .arg(format!("{}:{}", self.pid, kind.name()))
+            .arg(call.took.as_millis().to_string())
+            .arg(call.wait.as_millis().to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
         Ok(())
     }
 
+    /// Counts `event`, and counts it for this process.
     pub(crate) async fn count(&self, event: Event) -> RedisResult<()> {
-        self.conn.clone().hincr(STATS, event.field(), 1).await
+        redis::pipe()
+            .hincr(STATS, event.field(), 1)
+            .ignore()
+            .hincr(by_process(event), self.pid, 1)
+            .ignore()
+            .query_async(&mut self.conn.clone())
+            .await
     }
 
     fn member(&self, token: u64) -> String {
@@ -221,9 +316,34 @@ pub(crate) fn events(ledger: &RedisServer, event: Event) -> Result<u64, HarnessE
     count(ledger, STATS, event.field())
 }
 
+/// How many times the process `pid` counted `event`.
+pub(crate) fn events_of(ledger: &RedisServer, event: Event, pid: u32) -> Result<u64, HarnessError> {
+    count(ledger, &by_process(event), &pid.to_string())
+}
+
 /// How many writes of the process `pid` the fence refused, over every key.
 pub(crate) fn refused_writes_of(ledger: &RedisServer, pid: u32) -> Result<u64, HarnessError> {
     count(ledger, REFUSED_WRITERS, &pid.to_string())
+}
+
+/// The longest lock call of `kind` of the process `pid`, if it made one.
+pub(crate) fn longest_call(
+    ledger: &RedisServer,
+    pid: u32,
+    kind: CallKind,
+) -> Result<Option<LockCall>, HarnessError> {
+    let field = |part| -> Result<Option<u64>, HarnessError> {
+        let name = format!("{pid}:{}:{part}", kind.name());
+        let reply = ledger.cmd(&["HGET", LOCK_CALLS, &name])?;
+        Ok(reply.as_str().and_then(|s| s.parse().ok()))
+    };
+    let (Some(took), Some(wait)) = (field("took")?, field("wait")?) else {
+        return Ok(None);
+    };
+    Ok(Some(LockCall {
+        took: Duration::from_millis(took),
+        wait: Duration::from_millis(wait),
+    }))
 }
 
 /// The count in the field `field` of the hash `hash`: 0 if there is none.

@@ -11,29 +11,35 @@
 //!
 //! On Redis a hold lasts as long as its lease (1 s), on ZooKeeper as long as its session
 //! (2 s timeout): the faults and the slow holder's sections are measured in that
-//! lifetime. The ZooKeeper scenarios pause the server past the session timeout, kill a
-//! holder process (its locks free when the server expires its session) or pause one past
-//! the timeout (its session expires, the next holder goes, and the fence refuses the
-//! paused holder's late writes), and kill the leader of a 3-node ensemble. The MariaDB
-//! scenarios (2 s session leases) kill the sessions that hold locks, restart the server
-//! (fencing tokens kept), and kill or pause a holder process.
+//! lifetime. The ZooKeeper scenarios pause the server past the session timeout, restart
+//! it (its nodes and sessions kept on disk), kill a holder process (its locks free when
+//! the server expires its session) or pause one past the timeout (its session expires,
+//! the next holder goes, and the fence refuses the paused holder's late writes), and kill
+//! the leader of a 3-node ensemble. The MariaDB scenarios (2 s session leases) kill the
+//! sessions that hold locks, pause the server past the lease, restart it (fencing tokens
+//! kept), and kill or pause a holder process.
 //!
 //! On PostgreSQL a hold lasts as long as its session, which the server ends once idle for
 //! the session lease (2 s). The PostgreSQL scenarios end the holding sessions
-//! (`pg_terminate_backend`), restart the server (the fence table survives it), kill a
-//! holder process (the server frees its locks as its connections close) and pause one
-//! past the lease (its locks come free within lease + 1 s). There every worker also checks
-//! each hold before releasing it: a hold whose session ended must have reported itself
-//! lost.
+//! (`pg_terminate_backend`), pause the server past the lease, restart it (the fence table
+//! survives it), kill a holder process (the server frees its locks as its connections
+//! close) and pause one past the lease (its locks come free within lease + 1 s). There
+//! every worker also checks each hold before releasing it: a hold whose session ended
+//! must have reported itself lost.
 //!
 //! Afterwards it checks each key: no lost update (the counter equals the writes
-//! accepted), no token granted twice, and whatever the scenario's expected outcome adds;
-//! then prints a table, and exits with 1 if any check failed.
+//! accepted), no token granted twice; the lock's own promises, from what every worker
+//! recorded (`promises`): no lock call that waited took longer than its wait + 100 ms
+//! (the paused holder's, its pause longer), no guard was lost already as its lock call
+//! handed it out, and no holder whose section the fence refused (a newer holder exists)
+//! still claimed its hold through `is_held()` or `release()`; and whatever the scenario's
+//! expected outcome adds. Then it prints a table, and exits with 1 if any check failed.
 //!
 //! `torture worker ...` is the worker process; the main process starts it.
 
 mod ledger;
 mod options;
+mod promises;
 mod report;
 mod scenario;
 mod store;

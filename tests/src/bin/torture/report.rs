@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use crate::ledger::KeyTally;
+use crate::ledger::{KeyTally, LockCall};
 use crate::options::Options;
+use crate::promises;
 use crate::scenario::Scenario;
 
 /// What one scenario run showed, summed over its keys.
@@ -21,6 +22,13 @@ pub(crate) struct Row {
     pub(crate) overlaps: u64,
     pub(crate) lost_updates: u64,
     pub(crate) granted_twice: u64,
+    /// The lock call that ran furthest past its wait, of those that waited (the paused
+    /// holder's aside).
+    pub(crate) longest_call: Option<LockCall>,
+    /// Guards lost already as the lock call handed them out.
+    pub(crate) born_lost: u64,
+    /// Holders that claimed their hold after the fence found a newer one.
+    pub(crate) claimed_ended: u64,
     notes: Vec<String>,
     violations: Vec<String>,
 }
@@ -40,6 +48,9 @@ impl Row {
             overlaps: 0,
             lost_updates: 0,
             granted_twice: 0,
+            longest_call: None,
+            born_lost: 0,
+            claimed_ended: 0,
             notes: Vec::new(),
             violations: Vec::new(),
         }
@@ -91,12 +102,12 @@ pub(crate) fn print(options: &Options, rows: &[Row]) {
     );
     println!();
     println!(
-        "| scenario | store | duration | critical sections | faults injected | holds lost | overlaps | stale writes refused | lost updates | result |"
+        "| scenario | store | duration | critical sections | faults injected | holds lost | overlaps | stale writes refused | lost updates | longest lock call | born lost | ended holds claimed | result |"
     );
-    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|---|");
+    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
     for row in rows {
         println!(
-            "| {} | {} | {:.1} s | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} s | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.scenario.name,
             row.scenario.deployment.name(),
             row.duration.as_secs_f64(),
@@ -106,6 +117,9 @@ pub(crate) fn print(options: &Options, rows: &[Row]) {
             row.overlaps,
             row.refused,
             row.lost_updates,
+            row.longest_call.map_or("-".to_owned(), promises::describe),
+            row.born_lost,
+            row.claimed_ended,
             row.verdict(),
         );
     }

@@ -10,6 +10,7 @@ use lock_tests::{PostgresServer, RedisServer, ValueExt};
 
 use crate::ledger::{self, Event, KeyTally};
 use crate::options::Options;
+use crate::promises::{self, PausedHolder};
 use crate::report::Row;
 use crate::store::{self, Deployment, Store};
 use crate::worker::{self, Sections};
@@ -31,7 +32,8 @@ pub(crate) enum Fault {
     None,
     /// The store frozen (SIGSTOP) for two lifetimes while locks are held, then resumed.
     StorePaused,
-    /// The store killed and started again, empty.
+    /// The store killed and started again: Redis empty, the others from their data
+    /// dirs.
     StoreRestarted,
     /// A worker process killed (SIGKILL) while it holds locks.
     HolderKilled,
@@ -64,8 +66,9 @@ pub(crate) struct Scenario {
     pub(crate) fault: Fault,
     pub(crate) sections: Sections,
     /// The expected outcome, beyond what every scenario must show: no lost update, no
-    /// token granted twice, every worker stopping when told, and progress after the
-    /// fault.
+    /// token granted twice, every worker stopping when told, progress after the fault,
+    /// and the lock's own promises (see [`promises`]): no lock call past its wait, no
+    /// guard born lost, no overtaken holder claiming its hold.
     pub(crate) expected: &'static str,
 }
 
@@ -152,6 +155,15 @@ pub(crate) const ALL: &[Scenario] = &[
                    on new sessions without restarting a worker",
     },
     Scenario {
+        name: "zookeeper-server-restarted",
+        deployment: Deployment::ZooKeeper,
+        fault: Fault::StoreRestarted,
+        sections: Sections::OneSlowHolder,
+        expected: "nodes and sessions survive the restart on disk: a hold whose client comes \
+                   back within the session timeout stays held, any other reports lost; \
+                   tokens keep rising; locks served again without restarting a worker",
+    },
+    Scenario {
         name: "zookeeper-leader-killed",
         deployment: Deployment::ZooKeeperEnsemble,
         fault: Fault::LeaderKilled,
@@ -181,6 +193,16 @@ pub(crate) const ALL: &[Scenario] = &[
         sections: Sections::OneSlowHolder,
         expected: "every hold on an ended session reports lost; stale writes \
                    refused; locks served again on new sessions without restarting a worker",
+    },
+    Scenario {
+        name: "postgres-server-paused",
+        deployment: Deployment::Postgres,
+        fault: Fault::StorePaused,
+        sections: Sections::OneSlowHolder,
+        expected: "holders see their sessions lost (the server, frozen past the session \
+                   lease, ends them as it resumes); stale writes refused; lock calls return \
+                   within their wait while the server answers nothing; locks served again \
+                   without restarting a worker",
     },
     Scenario {
         name: "postgres-server-restarted",
@@ -215,6 +237,16 @@ pub(crate) const ALL: &[Scenario] = &[
         sections: Sections::OneSlowHolder,
         expected: "holders see their sessions lost at once; stale writes refused; locks \
                    served again on new sessions without restarting a worker",
+    },
+    Scenario {
+        name: "mariadb-server-paused",
+        deployment: Deployment::MariaDb,
+        fault: Fault::StorePaused,
+        sections: Sections::OneSlowHolder,
+        expected: "the sessions outlive the pause (the server reads the pings sent during \
+                   it as it resumes), so the holds stay held and nothing is overtaken; lock \
+                   calls return within their wait while the server answers nothing; locks \
+                   served again without restarting a worker",
     },
     Scenario {
         name: "mariadb-server-restarted",
@@ -252,8 +284,8 @@ struct Injected {
     longest_stall: Option<Duration>,
     /// For RedLock: the writes accepted while a minority was paused.
     during_minority: Option<u64>,
-    /// For a paused holder: its pid.
-    paused_holder: Option<u32>,
+    /// For a paused holder: its pid, and how long it was paused.
+    paused_holder: Option<PausedHolder>,
     /// For a killed holder on PostgreSQL, which frees its locks at once: how many it held
     /// as it was killed.
     killed_holder_locks: Option<u64>,
@@ -267,6 +299,7 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
     let mut store = Store::spawn(scenario.deployment);
     let keys: Vec<String> = (0..options.keys).map(|i| format!("account:{i}")).collect();
     let mut workers = Workers::spawn(scenario, options, &store.spec(), &ledger.url(), &keys);
+    let pids = workers.pids();
 
     thread::sleep(options.before);
     if scenario.sections == Sections::OneSlowHolder {
@@ -328,8 +361,9 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
             "{leftover} locks still held after the workers stopped"
         ));
     }
-    if let Some(pid) = injected.paused_holder {
-        let refused = ledger::refused_writes_of(&ledger, pid).expect("read the ledger");
+    promises::judge(&mut row, &ledger, &pids, injected.paused_holder);
+    if let Some(paused) = injected.paused_holder {
+        let refused = ledger::refused_writes_of(&ledger, paused.pid).expect("read the ledger");
         row.note(format!(
             "{refused} writes of the paused holder refused by the fence"
         ));
@@ -386,23 +420,23 @@ fn judge(
     // On PostgreSQL every fault but a kill ends sessions that a live worker holds on.
     let sessions_end =
         scenario.deployment == Deployment::Postgres && scenario.fault != Fault::HolderKilled;
-    let holds_run_out = matches!(
-        scenario.fault,
-        Fault::StorePaused | Fault::MinorityThenMajorityPaused | Fault::SessionsKilled
-    ) || sessions_end;
+    let holds_run_out = match scenario.fault {
+        Fault::StorePaused => scenario.deployment.pause_ends_holds(),
+        Fault::MinorityThenMajorityPaused | Fault::SessionsKilled => true,
+        _ => sessions_end,
+    };
     if holds_run_out && row.losses == 0 {
         row.violation("no holder saw its hold lost".to_owned());
     }
     if scenario.fault == Fault::BackendsTerminated && injected.faults == 0 {
         row.violation("no session held a lock to terminate".to_owned());
     }
-    let slow_holder_overtaken = matches!(
-        scenario.fault,
-        Fault::StorePaused
-            | Fault::StoreRestarted
-            | Fault::HolderPaused
-            | Fault::BackendsTerminated
-    );
+    let slow_holder_overtaken = match scenario.fault {
+        Fault::HolderPaused | Fault::BackendsTerminated => true,
+        Fault::StorePaused => scenario.deployment.pause_ends_holds(),
+        Fault::StoreRestarted => scenario.deployment.restart_ends_holds(),
+        _ => false,
+    };
     if slow_holder_overtaken && row.refused == 0 {
         row.violation("the slow holder's late write was not refused".to_owned());
     }
@@ -495,6 +529,7 @@ fn inject(
         }
         Fault::HolderPaused => {
             let pid = workers.signal_first("STOP");
+            let paused = Instant::now();
             // On PostgreSQL the server ends the paused process's idle sessions, and their
             // locks come free, within the pause.
             let longest_stall = match store {
@@ -506,7 +541,10 @@ fn inject(
             };
             workers.signal_first("CONT");
             Injected {
-                paused_holder: Some(pid),
+                paused_holder: Some(PausedHolder {
+                    pid,
+                    span: paused.elapsed(),
+                }),
                 longest_stall,
                 ..once
             }
@@ -748,6 +786,11 @@ impl Workers {
             children,
             killed: None,
         }
+    }
+
+    /// Every worker's pid, in order.
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
     }
 
     /// The first worker's pid.

@@ -67,6 +67,22 @@ impl Deployment {
         }
     }
 
+    /// Whether a server frozen for two lifetimes ends the holds as it resumes: a Redis
+    /// lease runs out, ZooKeeper expires the sessions it did not hear from, PostgreSQL's
+    /// timer ends the sessions idle past the lease. MariaDB measures a session's idleness
+    /// by waiting on its connection (`wait_timeout`), where the pings the store sent
+    /// during the pause are waiting as it resumes: its sessions outlive the pause.
+    pub(crate) fn pause_ends_holds(self) -> bool {
+        self != Deployment::MariaDb
+    }
+
+    /// Whether a restart of the server ends every hold: Redis starts empty, PostgreSQL
+    /// and MariaDB lose every session; ZooKeeper keeps its nodes and sessions on disk, so
+    /// a client that comes back within its session timeout keeps its holds.
+    pub(crate) fn restart_ends_holds(self) -> bool {
+        !matches!(self, Deployment::ZooKeeper | Deployment::ZooKeeperEnsemble)
+    }
+
     /// Whether a killed process's holds free at once: MariaDB ends a session whose
     /// connection closed, and the kernel closes a killed process's connections.
     pub(crate) fn frees_with_the_process(self) -> bool {
@@ -157,11 +173,13 @@ impl Store {
 
     /// Kills the one server of a single-node deployment and starts it again: Redis empty,
     /// PostgreSQL with its tables (the fence table) and without its sessions, MariaDB
-    /// from its data dir (its sessions and their locks gone).
+    /// from its data dir (its sessions and their locks gone), ZooKeeper from its data dir
+    /// (its nodes and sessions kept).
     pub(crate) fn restart(&mut self) {
         match self {
             Store::Postgres(server) => server.restart(),
             Store::MariaDb(server) => server.restart(),
+            Store::ZooKeeper(server) => server.restart(),
             other => other.server().restart(),
         }
     }
@@ -174,11 +192,14 @@ impl Store {
         }
     }
 
-    /// Freezes the one server of a single-node deployment (SIGSTOP).
+    /// Freezes the one server of a single-node deployment (SIGSTOP; PostgreSQL's
+    /// backends with it).
     pub(crate) fn pause(&self) {
         match self {
             Store::Single(server) | Store::Proxied(server, _) => server.pause(),
             Store::ZooKeeper(server) => server.pause(),
+            Store::Postgres(server) => server.pause(),
+            Store::MariaDb(server) => server.pause(),
             _ => panic!("the fault needs a single-node store"),
         }
     }
@@ -188,6 +209,8 @@ impl Store {
         match self {
             Store::Single(server) | Store::Proxied(server, _) => server.resume(),
             Store::ZooKeeper(server) => server.resume(),
+            Store::Postgres(server) => server.resume(),
+            Store::MariaDb(server) => server.resume(),
             _ => panic!("the fault needs a single-node store"),
         }
     }

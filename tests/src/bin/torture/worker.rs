@@ -1,16 +1,22 @@
 //! A worker process: M tasks take locks on the shared keys until the main process closes
 //! the worker's stdin, each running a critical section against the ledger under every
 //! lock it gets.
+//!
+//! Besides the sections, each task records in the ledger what the lock promises of
+//! itself: how long each lock call took against the wait it asked for (the longest of
+//! each kind, per process), each guard that was lost already as the call handed it out,
+//! and each hold that still claimed to be held (`is_held()` true, or `release()` Ok)
+//! once the fence had found a newer holder.
 
 use std::io::Read;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::ledger::{Event, Ledger};
+use crate::ledger::{CallKind, Event, Ledger, LockCall};
 use crate::store;
 
 /// The first argument that makes the binary a worker.
@@ -147,6 +153,8 @@ async fn run(args: Args) -> Result<(), String> {
             slow,
             rng: fastrand::Rng::with_seed(args.index * 1000 + i as u64),
             leaving: leaving.clone(),
+            longest_waiting: None,
+            longest_try: None,
         };
         tasks.spawn(task.run(stop.clone()));
     }
@@ -173,6 +181,10 @@ struct Task {
     rng: fastrand::Rng,
     /// Where a cancelled section's leaving runs, so the worker waits for it at the end.
     leaving: TaskTracker,
+    /// This task's longest lock call that waited, and that only tried, so far: only a
+    /// longer one goes to the ledger.
+    longest_waiting: Option<LockCall>,
+    longest_try: Option<LockCall>,
 }
 
 impl Task {
@@ -185,7 +197,17 @@ impl Task {
                 self.lifetime
             };
             let options = LockOptions::new().lease(self.lifetime).wait(wait);
-            match self.locker.lock_with(&key, options).await {
+            let called = Instant::now();
+            let locked = self.locker.lock_with(&key, options).await;
+            self.record_call(LockCall {
+                took: called.elapsed(),
+                wait,
+            })
+            .await;
+            if let Ok(guard) = &locked {
+                self.check_born_held(guard).await;
+            }
+            match locked {
                 Ok(guard) if self.slow => self.hold_past_its_lifetime(guard).await,
                 Ok(guard) => self.hold(guard).await,
                 Err(LockError::Timeout { .. }) if wait.is_zero() => {}
@@ -198,32 +220,95 @@ impl Task {
         }
     }
 
+    /// Keeps `call` in the ledger if it is this task's longest of its kind so far.
+    async fn record_call(&mut self, call: LockCall) {
+        let (kind, longest) = if call.wait.is_zero() {
+            (CallKind::Try, &mut self.longest_try)
+        } else {
+            (CallKind::Waiting, &mut self.longest_waiting)
+        };
+        if longest.is_some_and(|longest| !call.ran_further_than(&longest)) {
+            return;
+        }
+        *longest = Some(call);
+        if let Err(e) = self.ledger.lock_call(kind, call).await {
+            eprintln!("torture worker: the ledger failed: {e}");
+        }
+    }
+
+    /// Counts a guard that was lost already as the lock call handed it out: its `lost()`
+    /// fired (`is_lost`), or the store says it does not hold the lock. A store that does
+    /// not answer within a lifetime says nothing.
+    async fn check_born_held(&self, guard: &LockGuard) {
+        let born_lost = guard.is_lost() || {
+            let held = tokio::time::timeout(self.lifetime, guard.is_held()).await;
+            matches!(held, Ok(Ok(false)))
+        };
+        if born_lost {
+            self.count(Event::BornLost).await;
+        }
+    }
+
     /// Runs a short critical section while the hold lasts, then releases the lock.
     async fn hold(&mut self, guard: LockGuard) {
         let pause = Duration::from_micros(self.rng.u64(0..2000));
         let section = Section::new(&self.ledger, &guard, &self.leaving);
-        match guard.scope(section.run(pause)).await {
-            Ok(Ok(())) => self.count(Event::Section).await,
-            Ok(Err(e)) => eprintln!("torture worker: the ledger failed: {e}"),
-            Err(_) => self.count(Event::Lost).await,
-        }
-        self.check_loss_reported(&guard).await;
-        self.release(guard).await;
+        let overtaken = match guard.scope(section.run(pause)).await {
+            Ok(Ok(fenced)) => {
+                self.count(Event::Section).await;
+                fenced == Fenced::Out
+            }
+            Ok(Err(e)) => {
+                eprintln!("torture worker: the ledger failed: {e}");
+                false
+            }
+            Err(_) => {
+                self.count(Event::Lost).await;
+                false
+            }
+        };
+        self.end(guard, overtaken).await;
     }
 
     /// Runs a critical section of four lifetimes to its end, hold lost or not, then
     /// releases the lock.
     async fn hold_past_its_lifetime(&mut self, guard: LockGuard) {
         let section = Section::new(&self.ledger, &guard, &self.leaving);
-        match section.run(self.lifetime * 4).await {
-            Ok(()) => self.count(Event::Section).await,
-            Err(e) => eprintln!("torture worker: the ledger failed: {e}"),
-        }
+        let overtaken = match section.run(self.lifetime * 4).await {
+            Ok(fenced) => {
+                self.count(Event::Section).await;
+                fenced == Fenced::Out
+            }
+            Err(e) => {
+                eprintln!("torture worker: the ledger failed: {e}");
+                false
+            }
+        };
         if guard.is_lost() {
             self.count(Event::Lost).await;
         }
+        self.end(guard, overtaken).await;
+    }
+
+    /// Checks what the hold says of itself, then releases it. `overtaken`: the fence
+    /// found a newer holder, so the server has ended this hold, and neither `is_held()`
+    /// nor `release()` may claim it.
+    async fn end(&self, guard: LockGuard, overtaken: bool) {
+        let claimed_held = overtaken && self.still_claims(&guard).await;
         self.check_loss_reported(&guard).await;
-        self.release(guard).await;
+        let released = guard.release().await;
+        if let Err(LockError::NotHeld { .. }) = released {
+            self.count(Event::ReleaseFoundItGone).await;
+        }
+        if claimed_held || (overtaken && released.is_ok()) {
+            self.count(Event::ClaimedEnded).await;
+        }
+    }
+
+    /// Whether `is_held()` answers true, within a lifetime.
+    async fn still_claims(&self, guard: &LockGuard) -> bool {
+        let held = tokio::time::timeout(self.lifetime, guard.is_held()).await;
+        matches!(held, Ok(Ok(true)))
     }
 
     /// Where the store knows its holds, counts a hold found gone, and whether it failed
@@ -241,17 +326,20 @@ impl Task {
         }
     }
 
-    async fn release(&self, guard: LockGuard) {
-        if let Err(LockError::NotHeld { .. }) = guard.release().await {
-            self.count(Event::ReleaseFoundItGone).await;
-        }
-    }
-
     async fn count(&self, event: Event) {
         if let Err(e) = self.ledger.count(event).await {
             eprintln!("torture worker: the ledger failed: {e}");
         }
     }
+}
+
+/// Whether the fence let a section's read and write through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fenced {
+    /// Both went through.
+    In,
+    /// The fence refused one: a newer holder read or wrote first.
+    Out,
 }
 
 /// One critical section: enter, read the counter, yield, write it plus one, leave; the
@@ -276,16 +364,19 @@ impl<'a> Section<'a> {
         }
     }
 
-    async fn run(mut self, pause: Duration) -> redis::RedisResult<()> {
+    async fn run(mut self, pause: Duration) -> redis::RedisResult<Fenced> {
         self.ledger.enter(self.key, self.token).await?;
         // A stale read is refused, and the section ends there.
+        let mut fenced = Fenced::Out;
         if let Some(value) = self.ledger.read(self.key, self.token).await? {
             tokio::time::sleep(pause).await;
-            self.ledger.write(self.key, self.token, value + 1).await?;
+            if self.ledger.write(self.key, self.token, value + 1).await? {
+                fenced = Fenced::In;
+            }
         }
         self.ledger.leave(self.key, self.token).await?;
         self.left = true;
-        Ok(())
+        Ok(fenced)
     }
 }
 
