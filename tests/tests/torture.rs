@@ -148,8 +148,8 @@ fn mariadb_session_killed() {
     torture("mariadb-session-killed");
 }
 
-/// The server frozen past the session lease: the sessions outlive it, no lock call runs
-/// past its wait, and locks are served again once it resumes.
+/// The server frozen past the session lease: holders see their sessions lost, no lock
+/// call runs past its wait, and locks are served again once it resumes.
 #[test]
 fn mariadb_server_paused() {
     torture("mariadb-server-paused");

@@ -243,10 +243,9 @@ pub(crate) const ALL: &[Scenario] = &[
         deployment: Deployment::MariaDb,
         fault: Fault::StorePaused,
         sections: Sections::OneSlowHolder,
-        expected: "the sessions outlive the pause (the server reads the pings sent during \
-                   it as it resumes), so the holds stay held and nothing is overtaken; lock \
-                   calls return within their wait while the server answers nothing; locks \
-                   served again without restarting a worker",
+        expected: "holders see their sessions lost (frozen past the session lease); stale \
+                   writes refused; lock calls return within their wait while the server \
+                   answers nothing; locks served again without restarting a worker",
     },
     Scenario {
         name: "mariadb-server-restarted",
@@ -420,11 +419,10 @@ fn judge(
     // On PostgreSQL every fault but a kill ends sessions that a live worker holds on.
     let sessions_end =
         scenario.deployment == Deployment::Postgres && scenario.fault != Fault::HolderKilled;
-    let holds_run_out = match scenario.fault {
-        Fault::StorePaused => scenario.deployment.pause_ends_holds(),
-        Fault::MinorityThenMajorityPaused | Fault::SessionsKilled => true,
-        _ => sessions_end,
-    };
+    let holds_run_out = matches!(
+        scenario.fault,
+        Fault::StorePaused | Fault::MinorityThenMajorityPaused | Fault::SessionsKilled
+    ) || sessions_end;
     if holds_run_out && row.losses == 0 {
         row.violation("no holder saw its hold lost".to_owned());
     }
@@ -432,8 +430,7 @@ fn judge(
         row.violation("no session held a lock to terminate".to_owned());
     }
     let slow_holder_overtaken = match scenario.fault {
-        Fault::HolderPaused | Fault::BackendsTerminated => true,
-        Fault::StorePaused => scenario.deployment.pause_ends_holds(),
+        Fault::StorePaused | Fault::HolderPaused | Fault::BackendsTerminated => true,
         Fault::StoreRestarted => scenario.deployment.restart_ends_holds(),
         _ => false,
     };

@@ -67,15 +67,6 @@ impl Deployment {
         }
     }
 
-    /// Whether a server frozen for two lifetimes ends the holds as it resumes: a Redis
-    /// lease runs out, ZooKeeper expires the sessions it did not hear from, PostgreSQL's
-    /// timer ends the sessions idle past the lease. MariaDB measures a session's idleness
-    /// by waiting on its connection (`wait_timeout`), where the pings the store sent
-    /// during the pause are waiting as it resumes: its sessions outlive the pause.
-    pub(crate) fn pause_ends_holds(self) -> bool {
-        self != Deployment::MariaDb
-    }
-
     /// Whether a restart of the server ends every hold: Redis starts empty, PostgreSQL
     /// and MariaDB lose every session; ZooKeeper keeps its nodes and sessions on disk, so
     /// a client that comes back within its session timeout keeps its holds.
