@@ -1,6 +1,7 @@
-//! Holds of one kind and permits of one name, racing from two `Locker`s, for the database
+//! Holds of one kind and permits of one name, racing from two `Locker`s, for the session
 //! stores' tests: a store that keeps the two on different server locks, each looking for
-//! the other after taking its own, must never let both in at once.
+//! the other after taking its own, must never let both in at once, nor keep a hold out
+//! for as long as permits keep coming.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,4 +73,83 @@ pub async fn holds_and_permits_of_one_name_never_overlap(lockers: [Locker; 2], k
         "a hold as {kind} and a permit at once ({holds} holds, {permits} permits)"
     );
     assert!(holds > 0 && permits > 0, "{holds} holds, {permits} permits");
+}
+
+/// How long an exclusive holder may wait beside a busy semaphore of its name.
+const EXCLUSIVE_WAIT: Duration = Duration::from_secs(2);
+
+/// For three seconds, 18 tasks over the two `lockers` cycle the 3 permits of the
+/// semaphore `busy` (each holds one for 5 ms, so one is nearly always held), while 2
+/// tasks take the name `busy` exclusively every 50 ms, each waiting at most 2 s: every
+/// one of those gets the lock, as a waiting writer gets in among readers, never a permit
+/// and the lock at once.
+pub async fn an_exclusive_lock_is_not_starved_by_a_busy_semaphore(lockers: [Locker; 2]) {
+    let permits_inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + RACE;
+    let cyclers: Vec<_> = (0..18)
+        .map(|i| {
+            let permits = lockers[i % 2].semaphore("busy", 3);
+            let (inside, overlaps) = (permits_inside.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                let wait = LockOptions::new().wait(EXCLUSIVE_WAIT * 5);
+                while Instant::now() < until {
+                    let permit = permits.acquire_with(wait).await.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) >= 3 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let exclusive: Vec<_> = (0..2)
+        .map(|i| {
+            let locker = lockers[i].clone();
+            let (inside, overlaps) = (permits_inside.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                let mut granted = 0;
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let guard = locker
+                        .lock_with("busy", LockOptions::new().wait(EXCLUSIVE_WAIT))
+                        .await
+                        .unwrap_or_else(|e| {
+                            panic!(
+                                "an exclusive lock starved beside a busy semaphore after \
+                                 {granted} grants ({:?}): {e}",
+                                asked.elapsed()
+                            )
+                        });
+                    if inside.load(Ordering::SeqCst) > 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    granted += 1;
+                    guard.release().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                granted
+            })
+        })
+        .collect();
+    for task in exclusive {
+        let granted = timeout(RACE + PATIENCE, task)
+            .await
+            .expect("an exclusive taker never stopped")
+            .unwrap();
+        assert!(granted > 0, "an exclusive taker never got the lock");
+    }
+    for task in cyclers {
+        timeout(RACE + PATIENCE * 2, task)
+            .await
+            .expect("a permit cycler never stopped")
+            .unwrap();
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a permit beside the exclusive lock, or more than 3 permits"
+    );
 }

@@ -242,6 +242,16 @@ async fn calls_end_by_their_deadline_while_the_server_is_paused() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_lock_is_not_starved_by_a_busy_semaphore() {
+    let server = MariaDbServer::spawn();
+    let lockers = [
+        Locker::mysql(&server.url()).await.unwrap(),
+        Locker::mysql(&server.url()).await.unwrap(),
+    ];
+    lock_tests::an_exclusive_lock_is_not_starved_by_a_busy_semaphore(lockers).await;
+}
+
 /// A `Locker` on the server at `url` whose sessions have `lease`.
 async fn leased(url: String, lease: Duration) -> Locker {
     let store = MySqlStore::builder(&url)

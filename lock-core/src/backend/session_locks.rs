@@ -44,14 +44,17 @@ pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
     /// The server lock of the lock `name`.
     fn key(&self, name: &str) -> Result<Self::Key, LockError>;
 
-    /// One attempt on `session`, which other holds share, that never waits, to take
-    /// `key` as `request` asks: the fencing token if it took the lock. A statement that
+    /// One attempt on `session`, which other holds share, that never waits in the
+    /// server's queue, to take `key` as `request` asks: the fencing token if it took the
+    /// lock. A store may keep the lock it took, until the request's deadline or until it
+    /// is `abandoned`, while holders of another kind of the name let go. A statement that
     /// fails may have taken it: the session is ended.
     fn once(
         &self,
         session: &SessionOf<Self>,
         request: &Acquire,
         key: &Self::Key,
+        abandoned: &CancellationToken,
     ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
 
     /// Waits inside the server on `session`, which holds nothing else, until the
@@ -297,7 +300,9 @@ async fn take<T: Server>(
     let locks = store.locks();
     loop {
         if let Some(serving) = locks.sessions.for_taking(key.clone()).await?
-            && let Some(fence) = store.once(&serving.session, request, key).await?
+            && let Some(fence) = store
+                .once(&serving.session, request, key, &abandoned)
+                .await?
         {
             let session = serving.session.clone();
             return Ok(Some(Taken::new(store, session, key, kind, fence)));

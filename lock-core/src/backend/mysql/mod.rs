@@ -67,11 +67,15 @@
 //! held, it gives its slot back. A permit lives on its session, as every hold does: a
 //! holder that dies frees it.
 //!
-//! A hold of `L` gives way to permits in the same way: the statement that takes `L`
-//! draws no fencing token from a row with `slots` set (it answers with insert id 0), and
-//! a second statement draws it only if no slot is held, or else gives `L` back. Each
-//! side takes its own lock first and then looks for the other's, so two that overlap
-//! cannot both stay: the later look sees the earlier take.
+//! A hold of `L` looks for permits in the same way: the statement that takes `L` draws
+//! no fencing token from a row with `slots` set (it answers with insert id 0), and a
+//! second statement draws it only if no slot is held. Each side takes its own lock
+//! first and then looks for the other's, so two that overlap cannot both stay: the
+//! later look sees the earlier take. While slots are held, a hold of `L` that may still
+//! wait keeps `L`, so that new permits keep out and the held ones drain, as readers do
+//! before a waiting writer, and looks again each time this store gives a permit back
+//! and every 250 ms, until its deadline, when it gives `L` back. So a busy semaphore
+//! never starves its name's exclusive lock.
 //!
 //! A permit's waiter tries again each time this store gives a permit back, and every
 //! 250 ms besides: a session that ends frees its slots without a word, as does another
@@ -274,13 +278,18 @@ impl Server for MySqlStore {
         self.0.mapping.lock_name(name)
     }
 
+    /// Keeps the lock while permits of the name are held, until they are given back or
+    /// the request's deadline ([`take::drain_permits`]).
     async fn once(
         &self,
         session: &Session,
-        _: &Acquire,
+        request: &Acquire,
         key: &String,
+        abandoned: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
-        take::once(session, &self.0.fence_table, key).await
+        let (table, released) = (&self.0.fence_table, &self.0.permits_released);
+        let deadline = request.deadline;
+        take::once(session, table, key, deadline, released, abandoned).await
     }
 
     async fn wait(

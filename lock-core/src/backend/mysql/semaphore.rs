@@ -333,8 +333,8 @@ fn held_sql(slots: usize) -> String {
 }
 
 /// After a take of the lock `lock` on a name that has been a semaphore: draws the
-/// fencing token, in a statement that first makes sure no permit of the name is held; if
-/// one is, gives the lock back: `None`.
+/// fencing token, in a statement that first makes sure no permit of the name is held;
+/// `None` if one is (the lock is still held).
 pub(super) async fn fence_unless_permits(
     session: &Session,
     table: &str,
@@ -356,11 +356,7 @@ pub(super) async fn fence_unless_permits(
                 let mut params = vec![Value::from(&lock)];
                 params.extend(names.iter().map(Value::from));
                 conn.exec_drop(sql, Params::Positional(params)).await?;
-                if conn.affected_rows() == 1 {
-                    return Ok(Some(conn.last_insert_id().unwrap_or_default()));
-                }
-                conn.exec_drop("DO RELEASE_LOCK(?)", (&lock,)).await?;
-                Ok(None)
+                Ok((conn.affected_rows() == 1).then(|| conn.last_insert_id().unwrap_or_default()))
             })
         })
         .await

@@ -15,18 +15,24 @@ use crate::backend::session_locks;
 use crate::backend::sessions::Session as _;
 
 /// One attempt on `session`, which other holds share, on the lock `name`: its fencing
-/// token if it took it. A statement that fails may have taken the lock, so its session
-/// is ended.
+/// token if it took it. Taken while permits of the name are held, the lock is kept until
+/// they are given back, `deadline` or `abandoned` ([`drain_permits`]). A statement that
+/// fails may have taken the lock, so its session is ended.
 pub(super) async fn once(
     session: &Session,
     table: &str,
     name: &str,
+    deadline: Instant,
+    permits_released: &Notify,
+    abandoned: &CancellationToken,
 ) -> Result<Option<u64>, LockError> {
     let sql = take_sql(table, "GET_LOCK(?, 0)");
     let took = match fence(session, sql, (name, name).into()).await {
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
         Ok(Took::Nothing) => Ok(None),
-        Ok(Took::OnASemaphore) => semaphore::fence_unless_permits(session, table, name).await,
+        Ok(Took::OnASemaphore) => {
+            drain_permits(session, table, name, deadline, permits_released, abandoned).await
+        }
         Err(e) => Err(e),
     };
     took.map_err(|e| {
@@ -39,8 +45,8 @@ pub(super) async fn once(
 /// nothing else, until `deadline`: the fencing token if it took the lock `name`, or
 /// `None` if it was still held then or the wait was `abandoned`, which ends the session
 /// (`KILL`, from a connection of its own) so that the server takes nothing for it. Taken
-/// while a permit of the name is held, the lock is given back, and `None` comes once a
-/// permit of this store is given back, or after [`POLL`](session_locks::POLL).
+/// while permits of the name are held, the lock is kept until they are given back
+/// ([`drain_permits`]).
 pub(super) async fn wait(
     session: &Session,
     connect: &Connect,
@@ -50,9 +56,6 @@ pub(super) async fn wait(
     permits_released: &Notify,
     abandoned: CancellationToken,
 ) -> Result<Option<u64>, LockError> {
-    let released = permits_released.notified();
-    let mut released = std::pin::pin!(released);
-    released.as_mut().enable();
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
     let sql = take_sql(table, "GET_LOCK(?, ?)");
@@ -66,14 +69,9 @@ pub(super) async fn wait(
     let took = match waited {
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
         Ok(Took::Nothing) => Ok(None),
-        Ok(Took::OnASemaphore) => match semaphore::fence_unless_permits(session, table, name).await
-        {
-            Ok(None) => {
-                session_locks::retry(released, deadline, &abandoned).await;
-                Ok(None)
-            }
-            took => took,
-        },
+        Ok(Took::OnASemaphore) => {
+            drain_permits(session, table, name, deadline, permits_released, &abandoned).await
+        }
         Err(e) => Err(e),
     };
     took.map_err(|e| {
@@ -81,6 +79,42 @@ pub(super) async fn wait(
         session.state().end();
         failed(name, "wait for it", e)
     })
+}
+
+/// Holds the lock `name`, taken on `session` while permits of the name are held, until
+/// they are given back: a permit sees the lock held and keeps out, so the holders drain,
+/// as readers do before a waiting writer. The fencing token then; `None`, the lock given
+/// back, if permits are still held at `deadline` or the wait is `abandoned`. It looks
+/// again each time this store gives a permit back, or after
+/// [`POLL`](session_locks::POLL).
+pub(super) async fn drain_permits(
+    session: &Session,
+    table: &str,
+    name: &str,
+    deadline: Instant,
+    permits_released: &Notify,
+    abandoned: &CancellationToken,
+) -> Result<Option<u64>, mysql_async::Error> {
+    loop {
+        let released = permits_released.notified();
+        let mut released = std::pin::pin!(released);
+        released.as_mut().enable();
+        if let Some(fence) = semaphore::fence_unless_permits(session, table, name).await? {
+            return Ok(Some(fence));
+        }
+        if !session_locks::retry(released, deadline, abandoned).await {
+            give_back(session, name).await?;
+            return Ok(None);
+        }
+    }
+}
+
+/// Gives back the lock `name` that `session` holds.
+async fn give_back(session: &Session, name: &str) -> Result<(), mysql_async::Error> {
+    let owned = name.to_owned();
+    session
+        .run(move |conn| Box::pin(conn.exec_drop("DO RELEASE_LOCK(?)", (owned,))))
+        .await
 }
 
 /// Ends `session` on the server at once (`KILL`), whatever it is doing, and here. Returns

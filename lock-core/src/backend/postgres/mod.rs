@@ -282,11 +282,13 @@ impl Server for PostgresStore {
         Ok(self.0.mapping.key(name))
     }
 
+    /// Gives the lock back at once if a permit of the name is held.
     async fn once(
         &self,
         session: &Session,
         request: &Acquire,
         key: &AdvisoryKey,
+        _: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         take::once(session, &self.0.fence_table, request, *key).await
     }
