@@ -199,14 +199,11 @@ impl Task {
             let options = LockOptions::new().lease(self.lifetime).wait(wait);
             let called = Instant::now();
             let locked = self.locker.lock_with(&key, options).await;
-            self.record_call(LockCall {
-                took: called.elapsed(),
-                wait,
-            })
-            .await;
+            let took = called.elapsed();
             if let Ok(guard) = &locked {
                 self.check_born_held(guard).await;
             }
+            self.record_call(LockCall { took, wait }).await;
             match locked {
                 Ok(guard) if self.slow => self.hold_past_its_lifetime(guard).await,
                 Ok(guard) => self.hold(guard).await,
@@ -238,11 +235,14 @@ impl Task {
 
     /// Counts a guard that was lost already as the lock call handed it out: its `lost()`
     /// fired (`is_lost`), or the store says it does not hold the lock. A store that does
-    /// not answer within a lifetime says nothing.
+    /// not answer within a lifetime says nothing, and neither does an answer that came
+    /// a quarter lifetime or more after the call returned: the process may have been
+    /// paused since, and the hold lost after it was handed out.
     async fn check_born_held(&self, guard: &LockGuard) {
+        let returned = Instant::now();
         let born_lost = guard.is_lost() || {
             let held = tokio::time::timeout(self.lifetime, guard.is_held()).await;
-            matches!(held, Ok(Ok(false)))
+            matches!(held, Ok(Ok(false))) && returned.elapsed() < self.lifetime / 4
         };
         if born_lost {
             self.count(Event::BornLost).await;
