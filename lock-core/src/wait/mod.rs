@@ -123,7 +123,8 @@ pub(crate) struct Left<'a, L> {
 }
 
 /// Takes the lock for `request` on `store`, waiting on the client side until the
-/// deadline. At or after the deadline, makes exactly one attempt.
+/// deadline. Called at or after the deadline, makes exactly one attempt; otherwise
+/// returns by the deadline.
 pub(crate) async fn acquire<S: ClientWait>(
     store: &S,
     request: &Acquire,
@@ -168,6 +169,10 @@ pub(crate) async fn acquire<S: ClientWait>(
             return Ok(Outcome::Acquired(Acquired::lease(fence, until)));
         }
         if !std::mem::take(&mut ticket.already_listening) {
+            // One with no time left would run whole, past the deadline.
+            if Instant::now() >= request.deadline {
+                return wait_ran_out(request, findings.found);
+            }
             let outcome = attempt(store, request, &mut tried).await;
             if let Some(acquired) = read_attempt(outcome, &mut findings)? {
                 ticket.succeeded();
