@@ -1,5 +1,5 @@
-//! A server that stops answering, for every store's tests: a lock call still returns by
-//! its deadline.
+//! A server that stops answering (paused, or behind a network gone silent), for every
+//! store's tests: a lock call still returns by its deadline.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -13,17 +13,18 @@ const WAIT: Duration = Duration::from_secs(1);
 pub const DEADLINE_SLACK: Duration = Duration::from_millis(250);
 
 /// Checks that lock calls return by their deadline while the server answers nothing: a
-/// `Locker` made by `make` holds one lock, then `pause` stops the server; a second
-/// `Locker`'s calls with a wait of 1 s, one for the held lock and one for a free one,
-/// each return [`LockError::Timeout`] (or [`LockError::Backend`]) within 1 s and
-/// [`DEADLINE_SLACK`], though the server stays stopped for 3 s. Once `resume` has run,
-/// the free lock can be taken again.
+/// `Locker` made by `make` holds one lock, and a second `Locker` asks for it with a wait
+/// of 1 s; 200 ms later `pause` silences the server (`SIGSTOP`, or a
+/// [`TcpProxy`](crate::TcpProxy) that stalls), and the second asks for a free lock with a
+/// wait of 1 s. Each call returns [`LockError::Timeout`] (or [`LockError::Backend`])
+/// within 1 s and [`DEADLINE_SLACK`], though the server stays silent for 3 s. Once
+/// `resume` has run, the free lock can be taken again.
 ///
 /// ```no_run
 /// # async fn run() {
 /// let server = lock_tests::PostgresServer::spawn();
 /// let url = server.url();
-/// lock_tests::calls_end_by_their_deadline_while_the_server_is_paused(
+/// lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(
 ///     || lock_core::Locker::postgres(&url),
 ///     || server.pause(),
 ///     || server.resume(),
@@ -36,7 +37,7 @@ pub const DEADLINE_SLACK: Duration = Duration::from_millis(250);
 ///
 /// If a call returns late, takes a lock, or fails other than by a timeout or the store;
 /// or if the store does not serve again once resumed.
-pub async fn calls_end_by_their_deadline_while_the_server_is_paused<M, F>(
+pub async fn calls_end_by_their_deadline_while_the_server_is_silent<M, F>(
     make: M,
     pause: impl FnOnce(),
     resume: impl FnOnce(),
@@ -47,11 +48,6 @@ pub async fn calls_end_by_their_deadline_while_the_server_is_paused<M, F>(
     let holder = make().await.expect("a Locker to hold the lock");
     let waiter = make().await.expect("a Locker to wait");
     let held = holder.lock("deadline:held").await.unwrap();
-    pause();
-    let paused = async {
-        tokio::time::sleep(3 * WAIT).await;
-        resume();
-    };
     let call = |key| {
         let waiter = waiter.clone();
         async move {
@@ -60,19 +56,29 @@ pub async fn calls_end_by_their_deadline_while_the_server_is_paused<M, F>(
             (key, outcome.map(drop), asked.elapsed())
         }
     };
-    let (held_call, free_call, ()) =
-        tokio::join!(call("deadline:held"), call("deadline:free"), paused);
+    // The held key's call is answered before the server goes silent, and waits on; the
+    // free key's is sent once it is.
+    let silenced = async {
+        tokio::time::sleep(WAIT / 5).await;
+        pause();
+        let silent_until = Instant::now() + 3 * WAIT;
+        let free_call = call("deadline:free").await;
+        tokio::time::sleep_until(silent_until.into()).await;
+        resume();
+        free_call
+    };
+    let (held_call, free_call) = tokio::join!(call("deadline:held"), silenced);
     for (key, outcome, took) in [held_call, free_call] {
         assert!(
             took <= WAIT + DEADLINE_SLACK,
-            "a call for {key} with a wait of {WAIT:?} took {took:?} while the server was paused"
+            "a call for {key} with a wait of {WAIT:?} took {took:?} while the server was silent"
         );
         assert!(
             matches!(
                 outcome,
                 Err(LockError::Timeout { .. } | LockError::Backend { .. })
             ),
-            "a call for {key} while the server was paused: {outcome:?}"
+            "a call for {key} while the server was silent: {outcome:?}"
         );
     }
     let again = waiter

@@ -138,7 +138,7 @@ use std::time::{Duration, Instant};
 
 pub use cluster::RedisCluster;
 pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
-pub use deadline::{DEADLINE_SLACK, calls_end_by_their_deadline_while_the_server_is_paused};
+pub use deadline::{DEADLINE_SLACK, calls_end_by_their_deadline_while_the_server_is_silent};
 pub use error::HarnessError;
 pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.

@@ -8,7 +8,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, LockOptions, Locker};
+use lock_core::{LockError, LockGuard, LockOptions, Locker};
 
 /// How long the second `Locker` waits for the paused holder's lock.
 const WAIT: Duration = Duration::from_secs(5);
@@ -48,7 +48,10 @@ where
     M: Fn() -> F + Clone + Send + 'static,
     F: Future<Output = Locker>,
 {
-    let holder = hold_then_pause("paused", lease * 4, make.clone());
+    let holder = hold_then_pause("paused", lease * 4, make.clone(), |runtime, guard| {
+        drop(runtime);
+        drop(guard);
+    });
     let runtime = tokio::runtime::Runtime::new().expect("a runtime for the waiter");
     let waited = runtime.block_on(async {
         let locker = make().await;
@@ -66,12 +69,13 @@ where
 }
 
 /// Takes `key` on the `Locker` that `make` builds, on a runtime of one thread of its own,
-/// then stops that thread for `pause`, then drops the runtime and the guard. Returns once
-/// the lock is held, with the thread to join.
+/// then stops that thread for `pause`, then hands the runtime and the guard to `then`, on
+/// that thread. Returns once the lock is held, with the thread to join.
 fn hold_then_pause<F>(
     key: &str,
     pause: Duration,
     make: impl FnOnce() -> F + Send + 'static,
+    then: impl FnOnce(tokio::runtime::Runtime, LockGuard) + Send + 'static,
 ) -> thread::JoinHandle<()>
 where
     F: Future<Output = Locker>,
@@ -86,8 +90,7 @@ where
         let guard = runtime.block_on(async { make().await.lock(&key).await.unwrap() });
         held_tx.send(()).unwrap();
         thread::sleep(pause);
-        drop(runtime);
-        drop(guard);
+        then(runtime, guard);
     });
     held_rx
         .recv()
@@ -115,16 +118,7 @@ where
     F: Future<Output = Locker>,
 {
     let (taken_tx, taken_rx) = mpsc::channel();
-    let (held_tx, held_rx) = mpsc::channel();
-    let make_holder = make.clone();
-    let holder = thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime for the paused holder");
-        let guard = runtime.block_on(async { make_holder().await.lock("claimed").await.unwrap() });
-        held_tx.send(()).unwrap();
-        thread::sleep(lease * 4);
+    let holder = hold_then_pause("claimed", lease * 4, make.clone(), move |runtime, guard| {
         taken_rx
             .recv()
             .expect("the other Locker never took the lock");
@@ -144,9 +138,6 @@ where
             );
         });
     });
-    held_rx
-        .recv()
-        .expect("the paused holder's thread ended before it held the lock");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime for the other holder");
     let guard = runtime.block_on(async {
         make()

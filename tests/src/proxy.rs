@@ -1,10 +1,11 @@
-//! A TCP proxy on a free loopback port whose connections can be cut on demand.
+//! A TCP proxy on a free loopback port whose connections can be cut, or held silent, on
+//! demand.
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -17,7 +18,9 @@ const BUFFER: usize = 16 * 1024;
 
 /// Forwards every connection made to [`addr`](Self::addr) to a target address, until
 /// [`cut`](Self::cut) closes them all at once, wherever their traffic is: a command half
-/// sent, a reply half read. New connections are served again right after a cut.
+/// sent, a reply half read. New connections are served again right after a cut. Between
+/// [`stall`](Self::stall) and [`resume`](Self::resume) it forwards nothing, either way,
+/// and closes nothing: a network that went silent.
 ///
 /// ```no_run
 /// use lock_tests::{RedisServer, TcpProxy};
@@ -42,6 +45,9 @@ struct Shared {
     /// Both ends of every connection open now.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     stopped: AtomicBool,
+    /// Whether bytes wait instead of going on, and the signal that they may go again.
+    stalled: Mutex<bool>,
+    resumed: Condvar,
 }
 
 impl TcpProxy {
@@ -86,9 +92,38 @@ impl TcpProxy {
         }
         open.len()
     }
+
+    /// Stops forwarding: what either side sends from now on waits in the proxy, and
+    /// nothing is closed, until [`resume`](Self::resume).
+    pub fn stall(&self) {
+        *self
+            .shared
+            .stalled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+    }
+
+    /// Forwards again, what waited first.
+    pub fn resume(&self) {
+        *self
+            .shared
+            .stalled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = false;
+        self.shared.resumed.notify_all();
+    }
 }
 
 impl Shared {
+    /// Returns once bytes may go on.
+    fn until_flowing(&self) {
+        let stalled = self.stalled.lock().unwrap_or_else(PoisonError::into_inner);
+        let _flowing = self
+            .resumed
+            .wait_while(stalled, |stalled| *stalled)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
     fn lock_open(&self) -> std::sync::MutexGuard<'_, Vec<(TcpStream, TcpStream)>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -106,11 +141,12 @@ impl fmt::Debug for TcpProxy {
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.shared.stopped.store(true, Ordering::Relaxed);
+        self.resume();
         self.cut();
     }
 }
 
-fn accept(listener: &TcpListener, target: SocketAddr, shared: &Shared) {
+fn accept(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>) {
     while !shared.stopped.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((client, _)) => {
@@ -124,7 +160,7 @@ fn accept(listener: &TcpListener, target: SocketAddr, shared: &Shared) {
 }
 
 /// Connects to `target` and copies bytes both ways, each way on a thread of its own.
-fn forward(client: TcpStream, target: SocketAddr, shared: &Shared) -> io::Result<()> {
+fn forward(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) -> io::Result<()> {
     client.set_nonblocking(false)?;
     let server = TcpStream::connect(target)?;
     for stream in [&client, &server] {
@@ -136,18 +172,21 @@ fn forward(client: TcpStream, target: SocketAddr, shared: &Shared) -> io::Result
     }
     open.push((client.try_clone()?, server.try_clone()?));
     let (client_in, server_out) = (client.try_clone()?, server.try_clone()?);
-    thread::spawn(move || copy(client_in, server_out));
-    thread::spawn(move || copy(server, client));
+    let (upstream, downstream) = (Arc::clone(shared), Arc::clone(shared));
+    thread::spawn(move || copy(client_in, server_out, &upstream));
+    thread::spawn(move || copy(server, client, &downstream));
     Ok(())
 }
 
-/// Copies `from` to `to` until either closes, then closes both.
-fn copy(mut from: TcpStream, mut to: TcpStream) {
+/// Copies `from` to `to` until either closes, then closes both; holds what it read
+/// while the proxy is stalled.
+fn copy(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
     let mut buffer = vec![0; BUFFER];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                shared.until_flowing();
                 if to.write_all(&buffer[..n]).is_err() {
                     break;
                 }

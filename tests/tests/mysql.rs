@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::backend::MySqlStore;
 use lock_core::backend::mysql::NameMapping;
 use lock_core::{LockKind, LockOptions, Locker};
-use lock_tests::MariaDbServer;
+use lock_tests::{MariaDbServer, TcpProxy};
 use mysql_async::prelude::Queryable;
 use tokio::time::{Instant, timeout};
 
@@ -234,10 +234,25 @@ fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
 async fn calls_end_by_their_deadline_while_the_server_is_paused() {
     let server = MariaDbServer::spawn();
     let url = server.url();
-    lock_tests::calls_end_by_their_deadline_while_the_server_is_paused(
+    lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(
         || Locker::mysql(&url),
         || server.pause(),
         || server.resume(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_end_by_their_deadline_while_the_network_is_silent() {
+    let server = MariaDbServer::spawn();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let url = server
+        .url()
+        .replace(&server.addr().to_string(), &proxy.addr().to_string());
+    lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(
+        || Locker::mysql(&url),
+        || proxy.stall(),
+        || proxy.resume(),
     )
     .await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::backend::PostgresStore;
 use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
 use lock_core::{LockKind, LockOptions, Locker};
-use lock_tests::{PostgresServer, eventually};
+use lock_tests::{PostgresServer, TcpProxy, eventually};
 use tokio::time::{Instant, timeout};
 use tokio_postgres::{Client, NoTls};
 
@@ -229,10 +229,25 @@ fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
 async fn calls_end_by_their_deadline_while_the_server_is_paused() {
     let server = PostgresServer::spawn();
     let url = server.url();
-    lock_tests::calls_end_by_their_deadline_while_the_server_is_paused(
+    lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(
         || Locker::postgres(&url),
         || server.pause(),
         || server.resume(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_end_by_their_deadline_while_the_network_is_silent() {
+    let server = PostgresServer::spawn();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let url = server
+        .url()
+        .replace(&server.addr().to_string(), &proxy.addr().to_string());
+    lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(
+        || Locker::postgres(&url),
+        || proxy.stall(),
+        || proxy.resume(),
     )
     .await;
 }
