@@ -221,7 +221,7 @@ async fn attempt(
         _ => {}
     }
     let names = slot_names(&lock, count.slots);
-    let Some(slot) = take_free_slot(conn, &names, permits).await? else {
+    let Some(slot) = take_free_slot(conn, &names, &lock, permits).await? else {
         return Ok(Attempt::Full);
     };
     let sql = format!(
@@ -242,11 +242,15 @@ async fn attempt(
 }
 
 /// Takes the first of the slots `names` below `permits` that nobody holds, while fewer
-/// than `permits` of them are held: its number, or `None`. A slot is taken only if still
-/// free when its statement runs, as a session's `GET_LOCK`s of one name stack.
+/// than `permits` of them are held and nobody holds the name's own lock `lock`: its
+/// number, or `None`. A slot is taken only if still free when its statement runs, as a
+/// session's `GET_LOCK`s of one name stack; and none while `lock` is held, so a holder of
+/// `lock` waiting for the permits to drain never sees a slot held by an attempt bound to
+/// fail.
 async fn take_free_slot(
     conn: &mut Conn,
     names: &[String],
+    lock: &str,
     permits: u32,
 ) -> Result<Option<u32>, mysql_async::Error> {
     for _ in names {
@@ -261,8 +265,8 @@ async fn take_free_slot(
         let name = &names[slot as usize];
         let took: Option<Option<i64>> = conn
             .exec_first(
-                "SELECT IF(IS_FREE_LOCK(?), GET_LOCK(?, 0), 0)",
-                (name, name),
+                "SELECT IF(IS_FREE_LOCK(?) AND IS_FREE_LOCK(?), GET_LOCK(?, 0), 0)",
+                (name, lock, name),
             )
             .await?;
         if took == Some(Some(1)) {
