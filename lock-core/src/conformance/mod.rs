@@ -41,15 +41,16 @@
 //!
 //! It covers exclusion (a lost-update counter, every one-owner kind mixed), fencing
 //! tokens, `try_lock` and `Timeout`, a waiter woken by a release, and again after its
-//! wake-ups were cut, a fair lock's first-come-first-served order, a hold that ends
-//! (a lease that runs out, or a session that ends) cancelling `with_lock`, dropped
-//! guards and dropped acquires, reentrancy, bad keys and kinds a store lacks; then the
-//! read-write lock ([`readers_overlap`] and the rest), the semaphore, and what an
-//! operator sees and does ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
+//! wake-ups were cut, a lock handed on at once among dropped acquires, a fair lock's
+//! first-come-first-served order, a hold that ends (a lease that runs out, or a session
+//! that ends) cancelling `with_lock`, dropped guards and dropped acquires, reentrancy,
+//! bad keys and kinds a store lacks; then the read-write lock ([`readers_overlap`] and
+//! the rest), the semaphore, and what an operator sees and does
+//! ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
 //! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]). A test of a kind or
-//! an operation that the store lacks ([`crate::LockError::Unsupported`], or the
-//! `Config` error of [`crate::backend::Store::force_unlock`] and `inspect`) has nothing
-//! to check and passes.
+//! an operation that the store lacks ([`crate::LockError::Unsupported`], or the `Config`
+//! error of [`crate::backend::Store::force_unlock`] and `inspect`) has nothing to check
+//! and passes.
 //!
 //! It asserts no speed: every wait is on a condition, bounded by a deadline generous
 //! enough for a loaded machine, and each test by [`TEST_LIMIT`].
@@ -68,12 +69,14 @@ use crate::{DEFAULT_MAX_KEY_LEN, LockError, LockGuard, LockKind, LockOptions, Lo
 
 mod ending;
 mod fair;
+mod handoff;
 mod inspect;
 mod read_write;
 mod semaphore;
 
 pub use ending::*;
 pub use fair::*;
+pub use handoff::*;
 pub use inspect::*;
 pub use read_write::*;
 pub use semaphore::*;
@@ -88,6 +91,9 @@ const SHORT_LEASE: Duration = Duration::from_millis(150);
 /// Bounds each wait on something that should happen at once (a lease that ran out, a
 /// wake-up): generous, so that a loaded machine does not fail the test.
 const PATIENCE: Duration = Duration::from_secs(5);
+/// How soon a waiter must get a released lock: well within the safety poll (about 1 s),
+/// so that only a wake-up can have got it there.
+const PROMPT: Duration = Duration::from_millis(500);
 
 /// How a store's holds end when their owner no longer keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +154,7 @@ macro_rules! conformance {
             try_lock_takes_a_free_key_and_not_a_held_one,
             a_wait_for_a_held_key_ends_in_timeout,
             a_release_wakes_a_waiter_promptly,
+            a_lock_never_stays_free_while_tasks_wait,
             a_waiter_is_woken_after_its_wake_ups_were_cut,
             holds_end_as_the_store_says,
             a_hold_that_ends_cancels_with_lock,
@@ -854,7 +861,6 @@ fn spawn_waiter(locker: &Locker, key: &str, cut: Option<Duration>) -> JoinHandle
 /// got it well within the safety poll (about 1 s): the release woke it, where a poll
 /// would have come later.
 async fn release_and_see_it_woken(held: LockGuard, waiter: JoinHandle<Instant>) {
-    const PROMPT: Duration = Duration::from_millis(500);
     let released = Instant::now();
     held.release().await.unwrap();
     let got = timeout(PATIENCE, join(waiter))
