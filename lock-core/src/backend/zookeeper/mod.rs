@@ -49,9 +49,11 @@
 //! its lease and its node under the mutex in the background; one that reaches its
 //! deadline deletes them before it returns. The count is stored as the data of
 //! `/locks/K` itself, which Curator never reads, on first use (asking with another is
-//! [`LockError::Config`]); it goes with the node once the semaphore is idle. Leases keep
-//! every other kind out of `K`, and a lease that finds another kind contending for `K`
-//! gives way to it.
+//! [`LockError::Config`]); it goes with the node once the semaphore is idle. Leases and
+//! the other kinds of `K` take turns in the order their nodes were made (by creation
+//! zxid): a lease waits for the nodes of other kinds made before it, and they for the
+//! leases made before them, so a busy semaphore cannot starve a lock of its name, nor
+//! busy locks its permits.
 //!
 //! A hold's fencing token is its node's creation zxid (`czxid`): every later node of the
 //! lock is created later, across leader elections too, and any client can read it.

@@ -68,7 +68,7 @@ impl ZooKeeperStore {
             .await
             .map_err(|e| failed(key, "create its node", e))?;
         pending.name = Some(name.clone());
-        let turn = wait_turn(session, dir, &name, request.deadline)
+        let turn = wait_turn(session, dir, &name, fence, request.deadline)
             .await
             .map_err(|e| failed(key, "wait for its turn", e))?;
         match turn {
@@ -147,15 +147,17 @@ pub(super) async fn find(
     }
 }
 
-/// Waits until the node `name` under `dir` holds the lock, or the deadline: each time,
-/// it lists the lock's contenders (and its semaphore's leases, in the same request), and
-/// watches the one node it waits for (`getData`), or the leases, and looks again each
-/// time the connection comes back, lest the watch missed a deletion while it was down.
-/// A semaphore's leases keep every other kind out until they are given back.
+/// Waits until the node `name` under `dir`, made at the zxid `made`, holds the lock, or
+/// the deadline: each time, it lists the lock's contenders (and its semaphore's leases,
+/// in the same request), and watches the one node it waits for (`getData`), or the
+/// leases, and looks again each time the connection comes back, lest the watch missed a
+/// deletion while it was down. A semaphore's leases made before the node keep it out
+/// until they are given back; those made after it wait for it.
 async fn wait_turn(
     session: &Session,
     dir: &str,
     name: &str,
+    made: u64,
     deadline: Instant,
 ) -> Result<Turn, zk::Error> {
     let leases = format!("{dir}/{LEASES}");
@@ -163,7 +165,7 @@ async fn wait_turn(
         let reconnect = session.next_connect();
         let [children, leased] = list_both(session, dir, &leases).await?;
         let leased = match leased {
-            Ok(leases) => !leases.is_empty(),
+            Ok(names) => made_before(session, &leases, names, made).await?,
             Err(zk::Error::NoNode) => false,
             Err(e) => return Err(e),
         };
@@ -190,12 +192,19 @@ async fn wait_turn(
                     Err(e) => return Err(e),
                 }
             }
+            // Only a lease made before the node keeps it waiting: the ones watched may
+            // all have come after.
             None => match session
                 .retry(|| session.client.list_and_watch_children(&leases))
                 .await
             {
-                Ok((leases, watcher)) if !leases.is_empty() => watcher,
-                Ok(_) | Err(zk::Error::NoNode) => continue,
+                Ok((names, watcher)) => {
+                    if !made_before(session, &leases, names, made).await? {
+                        continue;
+                    }
+                    watcher
+                }
+                Err(zk::Error::NoNode) => continue,
                 Err(e) => return Err(e),
             },
         };
@@ -206,6 +215,23 @@ async fn wait_turn(
             () = session.ended.cancelled() => return Err(zk::Error::SessionExpired),
         }
     }
+}
+
+/// Whether any of the leases `names` under `dir` was made before the zxid `made`: the
+/// oldest of them still there is.
+async fn made_before(
+    session: &Session,
+    dir: &str,
+    names: Vec<String>,
+    made: u64,
+) -> Result<bool, zk::Error> {
+    for name in path::leases(names) {
+        let lease = format!("{dir}/{name}");
+        if let Some(stat) = session.retry(|| session.client.check_stat(&lease)).await? {
+            return Ok(zxid(stat) < made);
+        }
+    }
+    Ok(false)
 }
 
 /// The children of `a` and of `b`, read at one point in time (one multi-read); each

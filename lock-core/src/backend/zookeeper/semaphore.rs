@@ -12,14 +12,16 @@
 //! The lease then holds its permit until it is deleted; its creation zxid is the fencing
 //! token. The count is the data of the lock's own node `{path}`, which Curator never
 //! reads (its count is an argument, or a `SharedCount` elsewhere): stored on first use,
-//! and gone with the node once the semaphore is idle. Leases keep the lock's other kinds
-//! out, and a lease that finds another kind contending for the lock gives way to it.
+//! and gone with the node once the semaphore is idle. Leases and the lock's other kinds
+//! take turns in the order they were made, by creation zxid: a lease waits until no node
+//! of another kind made before it is left, and such a node waits until no lease made
+//! before it is left, so neither side can keep the other out for long.
 
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
 use super::path::{self, Contender};
-use super::recipe::{LEASES, Pending, create, delete, list_both, still_live};
+use super::recipe::{LEASES, Pending, create, list_both, still_live, zxid};
 use super::session::Session;
 use super::{ZooKeeperStore, failed};
 use crate::backend::store::{Acquire, Acquired, Outcome};
@@ -121,12 +123,11 @@ impl ZooKeeperStore {
     }
 }
 
-/// Waits, while its acquirer holds the mutex, until `lease` holds a permit: the lease
-/// made (again, if it gave way), no other kind contends for the lock (the lease is given
-/// up while one does, so that the other goes first), and no more leases than the count;
-/// it looks again each time the connection comes back, lest a watch missed an event.
-/// The lease's creation zxid, or `None` at the deadline (its lease, if made, still there
-/// for the caller to delete).
+/// Creates `lease` and waits, while its acquirer holds the mutex, until it holds a
+/// permit: no node of another kind made before it is left (those made after it wait for
+/// it), and no more leases than the count; it looks again each time the connection comes
+/// back, lest a watch missed an event. The lease's creation zxid, or `None` at the
+/// deadline (the lease still there for the caller to delete).
 async fn wait_for_room(
     session: &Session,
     dir: &str,
@@ -135,27 +136,32 @@ async fn wait_for_room(
     deadline: Instant,
 ) -> Result<Option<u64>, zk::Error> {
     let leases_dir = format!("{dir}/{LEASES}");
-    let mut fence = 0;
+    let (mine, fence) = create(session, &leases_dir, &lease.prefix).await?;
+    lease.name = Some(mine.clone());
     loop {
-        if lease.name.is_none() {
-            let (name, zxid) = create(session, &leases_dir, &lease.prefix).await?;
-            (lease.name, fence) = (Some(name), zxid);
-        }
-        let mine = lease.name.clone().unwrap_or_default();
         let reconnect = session.next_connect();
         let (contenders, leases) = contenders_and_leases(session, dir).await?;
-        let watchers = if let Some(Contender { name, .. }) = contenders.first() {
-            lease.name = None;
-            delete(session, &format!("{leases_dir}/{mine}")).await?;
-            let first = format!("{dir}/{name}");
-            match session
-                .retry(|| session.client.get_and_watch_data(&first))
-                .await
-            {
-                Ok((_, _, watcher)) => vec![watcher],
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(e),
+        let older = match contenders.first() {
+            Some(Contender { name, .. }) => {
+                let first = format!("{dir}/{name}");
+                match session.retry(|| session.client.check_stat(&first)).await? {
+                    // Made after the lease: it waits for the lease.
+                    Some(stat) if zxid(stat) > fence => None,
+                    Some(_) => match session
+                        .retry(|| session.client.get_and_watch_data(&first))
+                        .await
+                    {
+                        Ok((_, _, watcher)) => Some(watcher),
+                        Err(zk::Error::NoNode) => continue,
+                        Err(e) => return Err(e),
+                    },
+                    None => continue,
+                }
             }
+            None => None,
+        };
+        let watchers = if let Some(watcher) = older {
+            vec![watcher]
         } else {
             let count = stored_count(session, dir).await?.unwrap_or(permits);
             if room(&leases, &mine, count)? {
