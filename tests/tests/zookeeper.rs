@@ -675,3 +675,67 @@ async fn a_lock_passed_back_and_forth_survives_a_lost_leader() {
     }
     drop(ensemble);
 }
+
+/// A `Locker` on `connect` whose sessions time out after [`SESSION`], as the shared
+/// session-store checks make theirs.
+async fn timed_out(connect: String) -> Locker {
+    locker(&connect, SESSION).await
+}
+
+#[test]
+fn a_paused_holder_loses_its_locks_about_one_session_timeout_later() {
+    let server = ZooKeeperServer::spawn();
+    let connect = server.connect_string();
+    lock_tests::a_paused_holder_frees_its_lock(SESSION, move || timed_out(connect.clone()));
+}
+
+#[test]
+fn a_holder_paused_past_its_session_timeout_claims_nothing_once_it_runs_again() {
+    let server = ZooKeeperServer::spawn();
+    let connect = server.connect_string();
+    lock_tests::a_resumed_holder_claims_nothing(SESSION, move || timed_out(connect.clone()));
+}
+
+#[test]
+fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
+    let server = ZooKeeperServer::spawn();
+    let connect = server.connect_string();
+    lock_tests::a_call_paused_mid_wait_hands_out_no_lost_guard(SESSION, move || {
+        timed_out(connect.clone())
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_end_by_their_deadline_while_the_network_is_silent() {
+    let server = ZooKeeperServer::spawn();
+    let proxy = TcpProxy::start(server.addr()).unwrap();
+    let connect = proxy.addr().to_string();
+    lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(
+        || async { Ok(timed_out(connect.clone()).await) },
+        || proxy.stall(),
+        || proxy.resume(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_and_permits_of_one_name_never_overlap() {
+    let server = ZooKeeperServer::spawn();
+    for kind in [LockKind::Exclusive, LockKind::Write, LockKind::Read] {
+        let lockers = [
+            timed_out(server.connect_string()).await,
+            timed_out(server.connect_string()).await,
+        ];
+        lock_tests::holds_and_permits_of_one_name_never_overlap(lockers, kind).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_lock_is_not_starved_by_a_busy_semaphore() {
+    let server = ZooKeeperServer::spawn();
+    let lockers = [
+        timed_out(server.connect_string()).await,
+        timed_out(server.connect_string()).await,
+    ];
+    lock_tests::an_exclusive_lock_is_not_starved_by_a_busy_semaphore(lockers).await;
+}
