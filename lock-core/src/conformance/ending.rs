@@ -121,3 +121,13 @@ pub async fn a_hold_that_ends_cancels_with_lock(store: &impl StoreUnderTest) {
         .expect("a lost lock is free for another Locker");
     next.release().await.unwrap();
 }
+
+/// Sets its flag when dropped.
+#[derive(Debug)]
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}

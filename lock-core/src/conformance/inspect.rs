@@ -1,5 +1,6 @@
-//! `Locker::inspect`: who holds a lock, as its store sees it. A store may not know every
-//! field (the kind of a hold by one owner, a holder's fencing token, the waiters); what it
+//! What an operator sees and does: `Locker::inspect`, who holds a lock as its store sees
+//! it, and `Locker::force_unlock`. A store may not know every field of what `inspect`
+//! shows (the kind of a hold by one owner, a holder's fencing token, the waiters); what it
 //! reports must be true.
 
 use crate::{HolderInfo, LockInfo};
@@ -163,4 +164,68 @@ async fn inspects(locker: &Locker) -> bool {
 async fn waiting(locker: &Locker, key: &str) -> usize {
     let info = locker.inspect(key).await.unwrap();
     info.and_then(|info| info.waiting).unwrap_or(0)
+}
+
+/// An operator forces a lock open: another `Locker`'s waiter gets it at once, the
+/// holder's guard reports the loss at its next renewal, and a free key reports nothing
+/// held. Readers of a read-write lock, where the store has them, are freed alike. Nothing
+/// to check for a store that cannot force a lock open.
+pub async fn force_unlock_frees_a_held_lock_and_its_holder_learns_of_it(
+    store: &impl StoreUnderTest,
+) {
+    let [holder, operator] = two(store).await;
+    let guard = holder
+        .lock_with("stuck", LockOptions::new().lease(SHORT_LEASE))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let operator = operator.clone();
+        async move { operator.lock_with("stuck", long_wait()).await }
+    });
+    match operator.force_unlock("stuck").await {
+        Ok(held) => assert!(held, "it was held"),
+        Err(e) if e.is_config() => {
+            // A store that cannot force a lock open: nothing to check.
+            guard.release().await.unwrap();
+            join(waiter).await.unwrap().release().await.unwrap();
+            return;
+        }
+        Err(e) => panic!("force_unlock: {e}"),
+    }
+    let next = timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter was not let in")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > guard.fencing_token());
+    timeout(PATIENCE, guard.lost())
+        .await
+        .expect("the holder never learnt its lock was forced open");
+    assert!(guard.is_lost());
+    next.release().await.unwrap();
+    assert!(
+        !operator.force_unlock("stuck").await.unwrap(),
+        "it was free"
+    );
+    assert!(
+        operator
+            .force_unlock("")
+            .await
+            .unwrap_err()
+            .is_invalid_key()
+    );
+
+    if has_kind(&holder, LockKind::Read).await {
+        let reader = holder.read("shared").await.unwrap();
+        assert!(operator.force_unlock("shared").await.unwrap());
+        let writer = operator
+            .lock_with(
+                "shared",
+                LockOptions::new().kind(LockKind::Write).wait(PATIENCE),
+            )
+            .await
+            .expect("a write after the readers were forced out");
+        writer.release().await.unwrap();
+        drop(reader);
+    }
 }
