@@ -293,7 +293,6 @@ mod options;
 mod reentrancy;
 mod semaphore;
 mod telemetry;
-mod wait;
 mod watchdog;
 
 #[cfg(test)]

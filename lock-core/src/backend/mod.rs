@@ -172,23 +172,19 @@
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |
 
 pub(crate) mod fence;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod gates;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod holds;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub(crate) mod redact;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod release;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod session_locks;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sessions;
+pub(crate) mod sql;
 pub(crate) mod store;
+pub(crate) mod wait;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

@@ -14,7 +14,7 @@ use crate::backend::MySqlStore;
 use crate::backend::PostgresStore;
 #[cfg(feature = "zookeeper")]
 use crate::backend::ZooKeeperStore;
-use crate::backend::redis::redact;
+use crate::backend::redact::redact;
 use crate::backend::{MemoryStore, RedLockStore, RedisStoreBuilder, Store};
 use crate::options::{self, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
 use crate::{LockError, key};

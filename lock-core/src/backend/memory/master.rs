@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use crate::backend::redlock::master::{Holders, LastWaiter, Master};
 use crate::backend::store::Acquire;
-use crate::wait::{Attempt, Left};
+use crate::backend::wait::{Attempt, Left};
 use crate::{LockError, LockKey};
 
 /// When a fence counter is raised.

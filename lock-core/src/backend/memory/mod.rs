@@ -28,10 +28,10 @@ use self::state::{Holder, State};
 use self::wake::Wake;
 use super::release::Release;
 use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::wait::handover::Handover;
+use crate::backend::wait::line::{Line, Lines, WhenEmpty};
+use crate::backend::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
 use crate::options::DEFAULT_FENCE_TTL;
-use crate::wait::handover::Handover;
-use crate::wait::line::{Line, Lines, WhenEmpty};
-use crate::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 /// Locks kept in this process's memory, with the same semantics as Redis (leases, fencing

@@ -11,9 +11,9 @@ use super::fence::Fence;
 use super::session::{Ends, Term};
 use crate::LockKind;
 use crate::backend::store::Acquire;
+use crate::backend::wait::Attempt;
+use crate::backend::wait::handover::FairHandover;
 use crate::kind::Sharing;
-use crate::wait::Attempt;
-use crate::wait::handover::FairHandover;
 
 /// Every lock the store knows of, by name.
 #[derive(Debug, Default)]

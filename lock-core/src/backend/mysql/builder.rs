@@ -9,7 +9,7 @@ use super::MySqlStore;
 use super::name::NameMapping;
 use super::session::Connect;
 use crate::LockError;
-use crate::backend::fence::check_table;
+use crate::backend::sql::check_table;
 
 /// How many connections a store opens at most, unless told otherwise: ten sessions of
 /// two connections each, so that five services' stores fit in a server's default
@@ -164,7 +164,7 @@ impl MySqlStoreBuilder {
 impl fmt::Debug for MySqlStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MySqlStoreBuilder")
-            .field("url", &crate::backend::redis::redact(&self.url))
+            .field("url", &crate::backend::redact::redact(&self.url))
             .field("max_connections", &self.max_connections)
             .field("fence_table", &self.fence_table)
             .field("name_mapping", &self.name_mapping)

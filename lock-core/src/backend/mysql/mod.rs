@@ -158,7 +158,7 @@ pub use name::{MAX_NAME_CHARS, NameMapping};
 pub use semaphore::MAX_PERMITS;
 use session::{Connect, Session};
 
-use crate::backend::session_locks::{self, Server, SessionLocks, Taken};
+use crate::backend::sql::session_locks::{self, Server, SessionLocks, Taken};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 

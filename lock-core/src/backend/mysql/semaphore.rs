@@ -13,8 +13,8 @@ use super::MySqlStore;
 use super::name::safe_name;
 use super::session::Session;
 use super::take::failed;
-use crate::backend::session_locks::{self, Taken};
-use crate::backend::sessions::Session as _;
+use crate::backend::sql::session_locks::{self, Taken};
+use crate::backend::sql::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKey, LockKind};
 

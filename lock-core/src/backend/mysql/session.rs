@@ -1,8 +1,8 @@
 //! The store's sessions. A session is two connections: its own, which holds locks and
 //! which the server ends once it is idle for a lease (`wait_timeout`), kept alive while
-//! the process runs ([`crate::backend::sessions`]); and its watch, which waits inside the server (`GET_LOCK`) for a
+//! the process runs ([`crate::backend::sql::sessions`]); and its watch, which waits inside the server (`GET_LOCK`) for a
 //! marker lock that the session holds, and so learns at once that the session ended,
-//! however it ended. The bound and the lending are [`crate::backend::sessions`]'.
+//! however it ended. The bound and the lending are [`crate::backend::sql::sessions`]'.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
-use crate::backend::sessions::{self, Connector, SessionState};
+use crate::backend::sql::sessions::{self, Connector, SessionState};
 
 /// How to open a session.
 #[derive(Debug, Clone)]

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::semaphore;
 use super::session::{Connect, Session};
 use crate::LockError;
-use crate::backend::session_locks;
-use crate::backend::sessions::Session as _;
+use crate::backend::sql::session_locks;
+use crate::backend::sql::sessions::Session as _;
 
 /// One attempt on `session`, which other holds share, on the lock `name`: its fencing
 /// token if it took it. Taken while permits of the name are held, the lock is kept until

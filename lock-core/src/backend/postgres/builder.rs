@@ -11,7 +11,7 @@ use super::PostgresStore;
 use super::key::KeyMapping;
 use super::session::Connect;
 use crate::LockError;
-use crate::backend::fence::check_table;
+use crate::backend::sql::check_table;
 
 /// How many connections a store opens at most, unless told otherwise: five services'
 /// stores fit in a server's default `max_connections` (100) with room to spare.
@@ -162,7 +162,7 @@ impl PostgresStoreBuilder {
 impl fmt::Debug for PostgresStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStoreBuilder")
-            .field("url", &crate::backend::redis::redact(&self.url))
+            .field("url", &crate::backend::redact::redact(&self.url))
             .field("max_connections", &self.max_connections)
             .field("fence_table", &self.fence_table)
             .field("key_mapping", &self.key_mapping)

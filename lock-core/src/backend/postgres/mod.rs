@@ -161,7 +161,7 @@ pub use builder::{
 pub use key::{AdvisoryKey, KeyMapping};
 use session::{Connect, Session};
 
-use crate::backend::session_locks::{self, Server, SessionLocks, Taken};
+use crate::backend::sql::session_locks::{self, Server, SessionLocks, Taken};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 

@@ -1,7 +1,7 @@
 //! The store's sessions: connections the server ends once idle for a lease
 //! (`idle_session_timeout`), each listening for permits given back, and each reporting
 //! its end at once. The bound, the lending and the keeping alive are
-//! [`crate::backend::sessions`]'.
+//! [`crate::backend::sql::sessions`]'.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::key::AdvisoryKey;
 use super::semaphore;
 use crate::LockError;
-use crate::backend::sessions::{self, Connector, SessionState};
+use crate::backend::sql::sessions::{self, Connector, SessionState};
 
 /// How to open a session.
 #[derive(Debug, Clone)]

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::key::AdvisoryKey;
 use super::semaphore::{self, Slots};
 use super::session::Session;
-use crate::backend::session_locks;
-use crate::backend::sessions::Session as _;
+use crate::backend::sql::session_locks;
+use crate::backend::sql::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKind};
 

@@ -9,8 +9,8 @@ use bb8_redis::RedisConnectionManager;
 use super::connection::Timeouts;
 use super::deployment::{ClusterSeeds, Deployment};
 use super::sentinel::Sentinels;
-use super::url::redact;
 use super::{RedisConfig, RedisStore};
+use crate::backend::redact::redact;
 use crate::{LockError, options};
 
 /// The namespace every Redis key gets unless told otherwise.

@@ -9,8 +9,8 @@ use bb8_redis::RedisConnectionManager;
 use super::connection::{Endpoint, Source, Timeouts};
 use super::scripts::Publish;
 use super::sentinel::Sentinels;
-use super::url::redact;
 use crate::LockError;
+use crate::backend::redact::redact;
 
 /// A Redis deployment, its urls checked.
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use super::asking::{Attempting, WAITING_LOCKER, millis};
 use super::fencing::FenceSeed;
 use super::keys::RedisKey;
 use super::scripts::{FairAcquireReply, LockScript, ScriptCall, Scripts, Sent};
-use crate::wait::{Attempt, StoreClock};
+use crate::backend::wait::{Attempt, StoreClock};
 
 /// A fair script's call on lock `key`, with the keys every fair script takes.
 fn fair_call<'a>(script: &'a LockScript, key: &RedisKey) -> ScriptCall<'a> {

@@ -19,8 +19,8 @@ use super::asking::millis;
 use super::fencing::FenceSeed;
 use super::keys::RedisKey;
 use super::scripts::{ScriptCall, Scripts};
-use crate::wait::handover::HandoverFailed;
-use crate::wait::line::Waiter;
+use crate::backend::wait::handover::HandoverFailed;
+use crate::backend::wait::line::Waiter;
 
 /// What a release of an exclusive lock does.
 pub(super) enum ReleasePlan {

@@ -24,8 +24,8 @@ use super::connection::Endpoint;
 use super::fencing::in_epoch;
 use super::keys::Channels;
 use super::subscriber::{Event, Subscriber};
-use crate::wait::handover::FairHandover;
-use crate::wait::line::{Line, Lines};
+use crate::backend::wait::handover::FairHandover;
+use crate::backend::wait::line::{Line, Lines};
 
 /// How long a lock's channel stays subscribed after its last local waiter left: a lock
 /// contended again soon after needs no new subscription, nor the extra attempt that

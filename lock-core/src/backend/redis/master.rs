@@ -12,8 +12,8 @@ use super::keys::RedisKey;
 use super::{RedisStore, RedisStoreBuilder};
 use crate::backend::redlock::master::{Holders, LastWaiter, Master};
 use crate::backend::store::Acquire;
-use crate::wait::line::Lines;
-use crate::wait::{Attempt, Left};
+use crate::backend::wait::line::Lines;
+use crate::backend::wait::{Attempt, Left};
 use crate::{LockError, LockKey};
 
 impl RedisStore {

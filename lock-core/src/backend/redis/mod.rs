@@ -26,7 +26,7 @@
 //! [`RedisStore`] that sends the calls the files above build, but for making one (in
 //! [`builder`] and [`master`]).
 //!
-//! Waiting is lock-core's client-side wait ([`crate::wait`]): this store makes single
+//! Waiting is lock-core's client-side wait ([`crate::backend::wait`]): this store makes single
 //! attempts, and the hub wakes its waiters.
 
 use std::fmt;
@@ -41,9 +41,9 @@ use tracing::Instrument;
 
 use super::release::Release;
 use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::wait::handover::{Handover, HandoverFailed, Leftover};
-use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
-use crate::wait::{self, Attempt, ClientWait, Joined, Left};
+use crate::backend::wait::handover::{Handover, HandoverFailed, Leftover};
+use crate::backend::wait::line::{Edge, Line, Lines, WhenEmpty};
+use crate::backend::wait::{self, Attempt, ClientWait, Joined, Left};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 mod asking;
@@ -66,7 +66,6 @@ mod sentinel;
 mod shared;
 mod slots;
 mod subscriber;
-mod url;
 
 use asking::{Asking, Attempting, CutShort, millis};
 pub use builder::{
@@ -81,7 +80,6 @@ use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub use redlock::{RedLockStore, RedLockStoreBuilder};
 use scripts::{AcquireReply, ScriptCall, Scripts, Seen, Sent};
-pub(crate) use url::redact;
 
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;

@@ -14,8 +14,8 @@ use redis::{Cmd, FromRedisValue, ParsingError, RedisResult, Script, ToRedisArgs,
 use super::connection::Conn;
 use super::fencing::in_epoch;
 use crate::backend::store::Acquire;
+use crate::backend::wait::Attempt;
 use crate::kind::Sharing;
-use crate::wait::Attempt;
 use crate::{HolderInfo, LockError, LockInfo, LockKind};
 use tokio::time::Instant;
 

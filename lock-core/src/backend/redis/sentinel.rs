@@ -14,8 +14,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, RedisError, RedisResult, Value};
 
-use super::url::redact;
 use crate::LockError;
+use crate::backend::redact::redact;
 
 /// The sentinels of one master, and how to reach what they name.
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use super::master::Master;
 use super::quorum::quorum_error;
 use super::{OwnedHold, PER_MASTER, RedLock, fence};
 use crate::backend::store::{Acquire, Hold};
-use crate::wait::Attempt;
+use crate::backend::wait::Attempt;
 use crate::{LockError, LockKey};
 
 /// The masters that an acquisition no longer asks: their answer to an earlier attempt
@@ -266,7 +266,7 @@ impl<M: Master> Drop for Asks<'_, M> {
 }
 
 impl<M: Master> RedLock<M> {
-    /// One attempt (see [`ClientWait::attempt`](crate::wait::ClientWait::attempt)):
+    /// One attempt (see [`ClientWait::attempt`](crate::backend::wait::ClientWait::attempt)):
     /// every master that `tried` still asks is asked at once, each within its share of
     /// the lease.
     pub(super) async fn attempt_on_quorum(

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::store::{Acquire, Store};
-use crate::wait::{Attempt, ClientWait, Left};
+use crate::backend::wait::{Attempt, ClientWait, Left};
 use crate::{LockError, LockKey, LockKind};
 
 /// One of RedLock's masters. Its [`ClientWait`] side says how RedLock's waiters wait

@@ -3,7 +3,7 @@
 //! Each master is a store of its own (a Redis store for
 //! [`RedLockStore`](crate::backend::RedLockStore): connection, scripts, pub/sub hub),
 //! spoken to through the small interface of [`master`], and all
-//! of them wake the same local [lines](crate::wait::line): a release on any master wakes
+//! of them wake the same local [lines](crate::backend::wait::line): a release on any master wakes
 //! the waiters here. Waiting is lock-core's client-side wait, with one attempt asking
 //! every master at once ([`attempt`]):
 //!
@@ -40,9 +40,9 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::wait::handover::Handover;
-use crate::wait::line::{Edge, Line, Lines, WhenEmpty};
-use crate::wait::{self, Attempt, ClientWait, Joined, Left};
+use crate::backend::wait::handover::Handover;
+use crate::backend::wait::line::{Edge, Line, Lines, WhenEmpty};
+use crate::backend::wait::{self, Attempt, ClientWait, Joined, Left};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 mod attempt;

@@ -11,9 +11,9 @@ use crate::backend::fence::wall_clock_us;
 use crate::backend::redlock::master::{Holders, LastWaiter, Master};
 use crate::backend::redlock::{Drift, RedLock, Settings};
 use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::wait::handover::Handover;
-use crate::wait::line::{Line, Lines};
-use crate::wait::{Attempt, ClientWait, Joined, Left};
+use crate::backend::wait::handover::Handover;
+use crate::backend::wait::line::{Line, Lines};
+use crate::backend::wait::{Attempt, ClientWait, Joined, Left};
 use crate::{LockError, LockKey, LockKind, Locker};
 
 const LEASE: Duration = Duration::from_secs(2);

@@ -467,7 +467,7 @@ pub(super) mod tests {
     use super::*;
 
     /// Whether `waiter` has a signal, consuming it.
-    pub(in crate::wait) fn signalled(waiter: &Waiter) -> bool {
+    pub(in crate::backend::wait) fn signalled(waiter: &Waiter) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         waiter.poll_signal(&mut cx).is_ready()
     }

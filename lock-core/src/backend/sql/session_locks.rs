@@ -15,9 +15,9 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::gates::Gates;
-use crate::backend::holds::Holds;
-use crate::backend::sessions::{self, Connector, Lent, Session, Sessions};
+use crate::backend::sql::gates::Gates;
+use crate::backend::sql::holds::Holds;
+use crate::backend::sql::sessions::{self, Connector, Lent, Session, Sessions};
 use crate::backend::store::{Acquire, Acquired, Outcome};
 use crate::{LockError, LockKind};
 
@@ -204,7 +204,7 @@ impl<T: Server> Drop for Taken<T> {
 /// dropped at any point leaves no lock behind: what the task takes after that is given
 /// back. The call returns by the request's deadline whatever the server does (for a
 /// request that does not wait, within one session lease), and hands out only a hold
-/// whose session is [confirmed](crate::backend::sessions::SessionState::is_confirmed).
+/// whose session is [confirmed](crate::backend::sql::sessions::SessionState::is_confirmed).
 pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<Outcome, LockError> {
     let name = request.key.as_str();
     let key = store.key(name)?;

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::LockKind;
-use crate::backend::gates::Pass;
-use crate::backend::sessions::Session;
+use crate::backend::sql::gates::Pass;
+use crate::backend::sql::sessions::Session;
 
 /// One hold: the session it lives on, its lock on the server, and its place in the gate.
 #[derive(Debug)]

@@ -1,6 +1,7 @@
-//! Redis urls as messages show them: never with a password.
+//! Connection urls as messages and `Debug` show them: never with a password.
 
-/// Strips the user name and password from a Redis URL, for messages.
+/// Strips the user name and password from a URL (`scheme://user:password@host...`), for
+/// messages.
 pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
