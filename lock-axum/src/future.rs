@@ -13,7 +13,7 @@ use http_body::{Frame, SizeHint};
 use lock_core::LockGuard;
 use pin_project_lite::pin_project;
 
-use crate::layer::Config;
+use crate::config::Config;
 use crate::rejection::LockRejection;
 
 /// What the acquisition step hands on: the inner service's future and the guard (none for

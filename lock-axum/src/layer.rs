@@ -1,14 +1,14 @@
-//! The layer and its settings.
+//! The layer, which makes a [`LockService`] of each service it wraps.
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use http::{Method, StatusCode};
-use lock_core::{LockKind, Locker};
+use lock_core::Locker;
 use tower_layer::Layer;
 
+use crate::config::{Config, Mode};
 use crate::key::{KeyExtractor, KeyTemplate, TemplateError};
 use crate::rejection::LockRejection;
 use crate::service::LockService;
@@ -23,76 +23,6 @@ pub const DEFAULT_REQUEST_WAIT: Duration = Duration::from_secs(5);
 /// for another thing.
 #[deprecated(note = "use DEFAULT_REQUEST_WAIT: lock_core::DEFAULT_WAIT is a Locker's default wait")]
 pub const DEFAULT_WAIT: Duration = DEFAULT_REQUEST_WAIT;
-
-type ErrorHandler = Arc<dyn Fn(LockRejection) -> Response + Send + Sync>;
-
-/// The settings shared by every [`LockService`] a layer makes.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) locker: Locker,
-    pub(crate) extractor: Arc<dyn KeyExtractor>,
-    pub(crate) wait: Duration,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) contended: StatusCode,
-    pub(crate) methods: Vec<Method>,
-    pub(crate) hold_until_body_end: bool,
-    pub(crate) mode: Mode,
-    pub(crate) error_handler: Option<ErrorHandler>,
-    /// The template, which labels the lock in metrics and traces; none for an extractor.
-    pub(crate) label: Option<&'static str>,
-}
-
-/// How a layer's requests lock their key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// One request at a time: [`LockKind::Exclusive`].
-    Exclusive,
-    /// One request at a time, first come first served: [`LockKind::Fair`].
-    Fair,
-    /// Safe methods (GET, HEAD, OPTIONS) share the key as readers; the others take it
-    /// alone, as writers.
-    ReadWrite,
-}
-
-impl Config {
-    pub(crate) fn locks(&self, method: &Method) -> bool {
-        self.methods.contains(method)
-    }
-
-    /// The kind of lock a request with `method` takes.
-    pub(crate) fn kind(&self, method: &Method) -> LockKind {
-        match self.mode {
-            Mode::Exclusive => LockKind::Exclusive,
-            Mode::Fair => LockKind::Fair,
-            Mode::ReadWrite if is_safe(method) => LockKind::Read,
-            Mode::ReadWrite => LockKind::Write,
-        }
-    }
-
-    pub(crate) fn reject(&self, rejection: LockRejection) -> Response {
-        match &self.error_handler {
-            Some(handler) => handler(rejection),
-            None => rejection.into_response(),
-        }
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("locker", &self.locker)
-            .field("extractor", &self.extractor)
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
-            .field("contended", &self.contended)
-            .field("methods", &self.methods)
-            .field("hold_until_body_end", &self.hold_until_body_end)
-            .field("mode", &self.mode)
-            .field("error_handler", &self.error_handler.as_ref().map(|_| ".."))
-            .field("label", &self.label)
-            .finish()
-    }
-}
 
 /// Runs each request under a distributed lock named from the request: see the
 /// [crate docs](crate) for an example and for why it belongs in [`Router::route_layer`].
@@ -322,17 +252,41 @@ impl LockLayer {
     }
 }
 
+/// A service is made by a layer: its constructors are shorthands for one.
+impl<S> LockService<S> {
+    /// Wraps `inner` with the lock named by `template`.
+    ///
+    /// # Panics
+    ///
+    /// If the template is malformed; see [`LockLayer::new`].
+    #[track_caller]
+    pub fn new(inner: S, locker: Locker, template: &str) -> Self {
+        Layer::layer(&LockLayer::new(locker, template), inner)
+    }
+
+    /// [`new`](Self::new) that returns the template error instead of panicking.
+    pub fn try_new(inner: S, locker: Locker, template: &str) -> Result<Self, TemplateError> {
+        Ok(Layer::layer(&LockLayer::try_new(locker, template)?, inner))
+    }
+
+    /// Wraps `inner`, asking `extractor` for each request's lock name.
+    pub fn with_extractor(inner: S, locker: Locker, extractor: impl KeyExtractor) -> Self {
+        Layer::layer(&LockLayer::with_extractor(locker, extractor), inner)
+    }
+
+    /// A [`LockLayer`]: the same as [`LockLayer::new`].
+    #[track_caller]
+    pub fn layer(locker: Locker, template: &str) -> LockLayer {
+        LockLayer::new(locker, template)
+    }
+}
+
 impl<S> Layer<S> for LockLayer {
     type Service = LockService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::from_config(inner, self.config.clone())
     }
-}
-
-/// Whether `method` is safe: it only reads, so its requests share a read-write lock.
-fn is_safe(method: &Method) -> bool {
-    [Method::GET, Method::HEAD, Method::OPTIONS].contains(method)
 }
 
 /// `template`, kept for the life of the process to label locks with: each distinct

@@ -116,6 +116,7 @@
 //! [`Router::layer`]: axum::Router::layer
 #![deny(missing_docs)]
 
+mod config;
 mod future;
 mod key;
 mod layer;

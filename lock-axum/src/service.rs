@@ -8,12 +8,12 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::response::Response;
 use http::Request;
 use http::request::Parts;
-use lock_core::{LockGuard, LockOptions, Locker};
+use lock_core::{LockGuard, LockOptions};
 use tower_service::Service;
 
+use crate::config::Config;
 use crate::future::{Acquired, ResponseFuture};
-use crate::key::{KeyExtractor, PathParams, TemplateError};
-use crate::layer::{Config, LockLayer};
+use crate::key::PathParams;
 use crate::rejection::LockRejection;
 
 /// The lock a request holds, for its handler: take it as `Extension<HeldLock>`.
@@ -50,7 +50,8 @@ impl HeldLock {
     }
 }
 
-/// Runs each request under its lock; made by [`LockLayer`], see the [crate docs](crate).
+/// Runs each request under its lock; made by [`LockLayer`](crate::LockLayer), see the
+/// [crate docs](crate).
 #[derive(Debug, Clone)]
 pub struct LockService<S> {
     inner: S,
@@ -58,32 +59,6 @@ pub struct LockService<S> {
 }
 
 impl<S> LockService<S> {
-    /// Wraps `inner` with the lock named by `template`.
-    ///
-    /// # Panics
-    ///
-    /// If the template is malformed; see [`LockLayer::new`].
-    #[track_caller]
-    pub fn new(inner: S, locker: Locker, template: &str) -> Self {
-        LockLayer::new(locker, template).layer_inner(inner)
-    }
-
-    /// [`new`](Self::new) that returns the template error instead of panicking.
-    pub fn try_new(inner: S, locker: Locker, template: &str) -> Result<Self, TemplateError> {
-        Ok(LockLayer::try_new(locker, template)?.layer_inner(inner))
-    }
-
-    /// Wraps `inner`, asking `extractor` for each request's lock name.
-    pub fn with_extractor(inner: S, locker: Locker, extractor: impl KeyExtractor) -> Self {
-        LockLayer::with_extractor(locker, extractor).layer_inner(inner)
-    }
-
-    /// A [`LockLayer`]: the same as [`LockLayer::new`].
-    #[track_caller]
-    pub fn layer(locker: Locker, template: &str) -> LockLayer {
-        LockLayer::new(locker, template)
-    }
-
     pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
         LockService { inner, config }
     }
@@ -101,12 +76,6 @@ impl<S> LockService<S> {
     /// Unwraps the inner service.
     pub fn into_inner(self) -> S {
         self.inner
-    }
-}
-
-impl LockLayer {
-    fn layer_inner<S>(&self, inner: S) -> LockService<S> {
-        tower_layer::Layer::layer(self, inner)
     }
 }
 
