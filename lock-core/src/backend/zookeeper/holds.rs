@@ -43,7 +43,7 @@ impl Holds {
     ) -> impl Future<Output = ()> + Send + 'static {
         let giving = watch::Sender::new(Return::Kept);
         let session = session.downgrade();
-        let lost = session.clone().lost(path.clone(), giving.clone());
+        let lost = lost(session.clone(), path.clone(), giving.clone());
         let held = Held {
             session,
             path,
@@ -77,5 +77,17 @@ impl Holds {
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Resolves when the node at `path` is gone other than by its owner's release
+/// (`giving`): deleted by an operator, or with the session. A loss met while its owner
+/// gives it back is the release's to report, unless the release fails.
+async fn lost(session: WeakSession, path: String, giving: watch::Sender<Return>) {
+    session.gone(&path).await;
+    let mut giving = giving.subscribe();
+    let settled = giving.wait_for(|r| *r != Return::Giving).await.map(|r| *r);
+    if settled.is_ok_and(|r| r == Return::Given) {
+        std::future::pending::<()>().await;
     }
 }

@@ -7,14 +7,12 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::ZooKeeperStore;
 use super::heartbeat::{self, Heard};
-use super::holds::Return;
 use crate::LockError;
 
 /// How to open a session: where the ensemble is, for how long a session outlives its
@@ -243,18 +241,12 @@ impl WeakSession {
         session.is_live().then_some(session)
     }
 
-    /// Resolves when the node at `path` is gone other than by its owner's release
-    /// (`giving`): deleted by an operator, or with the session. A loss met while its
-    /// owner gives it back is the release's to report, unless the release fails.
-    pub(super) async fn lost(self, path: String, giving: watch::Sender<Return>) {
+    /// Resolves when the node at `path` is gone: deleted (by anyone), or with the
+    /// session.
+    pub(super) async fn gone(&self, path: &str) {
         tokio::select! {
             () = self.ended.cancelled() => {}
-            () = self.deleted(&path) => {}
-        }
-        let mut giving = giving.subscribe();
-        let settled = giving.wait_for(|r| *r != Return::Giving).await.map(|r| *r);
-        if settled.is_ok_and(|r| r == Return::Given) {
-            std::future::pending::<()>().await;
+            () = self.deleted(path) => {}
         }
     }
 
