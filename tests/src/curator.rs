@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::daemon::make_dir;
 use crate::error::chain;
 use crate::process::Captured;
-use crate::zookeeper::{FAST_JVM, JAVA, SLF4J_SIMPLE_JAR, check_installed, classpath};
+use crate::zookeeper::{FAST_JVM, JAVA, SLF4J_SIMPLE_JAR, check_installed, classpath, java_error};
 use crate::{HarnessError, POLL_INTERVAL};
 
 /// The Debian package with Curator's recipes (and, through its dependencies, the rest).
@@ -194,6 +194,7 @@ impl CuratorPeer {
                 .args(["-cp", &classpath(CURATOR_JARS)])
                 .arg(&source),
             format!("javac {}", source.display()),
+            java_error,
         )?;
         javac.wait(Instant::now() + COMPILE_TIMEOUT)?;
         Ok(peer)
@@ -240,7 +241,8 @@ impl CuratorPeer {
                     i + 1,
                     lock.arg()
                 );
-                Captured::spawn(&mut command, what).unwrap_or_else(|e| panic!("{}", chain(&e)))
+                Captured::spawn(&mut command, what, java_error)
+                    .unwrap_or_else(|e| panic!("{}", chain(&e)))
             })
             .collect();
         CuratorRun { processes }

@@ -231,7 +231,7 @@ impl ServerProcess {
         package: &'static str,
     ) -> Result<(), HarnessError> {
         let what = command.get_program().to_string_lossy().into_owned();
-        let run = Captured::spawn_mapped(&mut command, what, |program, e| {
+        let run = Captured::spawn(&mut command, what, |program, e| {
             not_installed(program, e, package)
         })?;
         let output = run.wait(Instant::now() + timeout);

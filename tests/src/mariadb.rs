@@ -360,7 +360,7 @@ fn sql(
         .arg(format!("--execute={query}"))
         .args(database);
     let what = format!("mariadb -e {query:?}");
-    let run = Captured::spawn_mapped(&mut command, what, |program, e| {
+    let run = Captured::spawn(&mut command, what, |program, e| {
         not_installed(program, e, PACKAGE)
     })?;
     let (stdout, _warnings) = run.wait_split(Instant::now() + timeout)?;

@@ -358,7 +358,7 @@ fn psql(bin: &Path, port: u16, sql: &str, timeout: Duration) -> Result<String, H
         // No password prompt, ever: authentication is `trust`.
         .arg("--no-password")
         .env("PGCONNECT_TIMEOUT", timeout.as_secs().max(1).to_string());
-    let run = Captured::spawn_mapped(&mut command, format!("psql -c {sql:?}"), |program, e| {
+    let run = Captured::spawn(&mut command, format!("psql -c {sql:?}"), |program, e| {
         not_installed(program, e, PACKAGE)
     })?;
     let (stdout, _notices) = run.wait_split(Instant::now() + timeout)?;

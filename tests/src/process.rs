@@ -6,7 +6,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use crate::zookeeper::java_error;
 use crate::{HarnessError, POLL_INTERVAL};
 
 /// A running process with its stdout and stderr read on threads of their own, so that a full
@@ -18,14 +17,9 @@ pub(crate) struct Captured {
 }
 
 impl Captured {
-    /// Spawns `command` (a `java` or `javac` one), which `what` names in errors.
-    pub(crate) fn spawn(command: &mut Command, what: String) -> Result<Captured, HarnessError> {
-        Self::spawn_mapped(command, what, java_error)
-    }
-
     /// Spawns `command`, which `what` names in errors; `spawn_error` says why the program
     /// (named by its first argument) could not be run, e.g. which package installs it.
-    pub(crate) fn spawn_mapped(
+    pub(crate) fn spawn(
         command: &mut Command,
         what: String,
         spawn_error: impl FnOnce(&str, io::Error) -> HarnessError,

@@ -311,6 +311,7 @@ impl ZooKeeperServer {
                 ])
                 .args(command),
             format!("zkCli {}", command.join(" ")),
+            java_error,
         )?;
         let output = cli.wait(Instant::now() + CLI_TIMEOUT)?;
         Ok(output
