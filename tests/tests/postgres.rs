@@ -276,7 +276,7 @@ async fn leased(url: String, lease: Duration) -> Locker {
         .unwrap()
 }
 
-/// The scale: 1,000 tasks waiting on 100 keys, each held in turn, never open more
+/// At scale, 1,000 tasks waiting on 100 keys, each held in turn, never open more
 /// connections than the bound. (How soon a release wakes the next is the benchmark's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_on_many_keys_stay_within_the_connection_bound() {

@@ -1,5 +1,5 @@
 //! lock-core side by side with the raw redis-rs floors and the `rslock` crate, in one
-//! process and one run, so that ratios mean something on a noisy machine (issues 6 and 13).
+//! process and one run, so that ratios mean something on a noisy machine.
 //!
 //! Run with: `cargo bench -p lock-core --bench compare` (add `-- --quick`, or set
 //! `COMPARE_QUICK=1`, for a run of about a minute; `-- --only handoff,fair-handoff` runs

@@ -1,4 +1,4 @@
-//! `scale-out`: the deployments beyond one Redis (issue 15), each on servers of its own,
+//! `scale-out`: the deployments beyond one Redis, each on servers of its own,
 //! spawned for the scenario.
 //!
 //! - `uncontended` rows: RedLock over 3 and over 5 masters, lock-core's beside rslock's over

@@ -56,8 +56,7 @@ impl Deployment {
     /// How much later than its lifetime the servers may free a silent holder's hold:
     /// Redis expires a lease on time, ZooKeeper expires sessions in batches, once a tick
     /// (500 ms on the harness's servers). PostgreSQL ends an idle session on time, but
-    /// the issue that brought its store promises no more than lease + 1 s, the slack
-    /// included. MariaDB ends a session idle for `wait_timeout` whole seconds, checked
+    /// its store promises no more than lease + 1 s, the slack included. MariaDB ends a session idle for `wait_timeout` whole seconds, checked
     /// as the second turns.
     pub(crate) fn expiry_delay(self) -> Duration {
         match self {
