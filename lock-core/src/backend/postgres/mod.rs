@@ -141,18 +141,24 @@
 //!   rising.
 //! - **A paused process**: its sessions go idle and the server ends them one lease
 //!   later; when the process runs again, its holds are lost at once.
+//!
+//! Every statement the store sends is in `sql.rs`, with its parameters and what it
+//! answers.
 
 mod builder;
 mod key;
 mod operator;
 mod semaphore;
 mod session;
+mod sql;
 mod take;
 
 use std::fmt;
 use std::sync::Arc;
 
 use tokio::time::Instant;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::{
@@ -229,18 +235,8 @@ impl PostgresStore {
         };
         let table = &self.0.fence_table;
         let client = &serving.session.client;
-        let create = format!(
-            "CREATE TABLE IF NOT EXISTS {table} (name text PRIMARY KEY, fence bigint NOT NULL, \
-             permits bigint, holder text, held_by int)"
-        );
-        let complete = format!(
-            "DO $$ BEGIN \
-             IF (SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
-               AND attname IN ('permits', 'holder', 'held_by') AND NOT attisdropped) < 3 THEN \
-             ALTER TABLE {table} ADD COLUMN IF NOT EXISTS permits bigint, \
-               ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS held_by int; \
-             END IF; END $$"
-        );
+        let create = sql::create_fence_table(table);
+        let complete = sql::complete_fence_table(table);
         let created = match client.batch_execute(&create).await {
             Err(e) if !created_meanwhile(&e) => Err(e),
             _ => client.batch_execute(&complete).await,
@@ -252,6 +248,30 @@ impl PostgresStore {
             )
         })
     }
+
+    /// Runs `sql`, which never waits, on a session that is not waiting, or on a
+    /// connection of its own when every one is.
+    async fn query(
+        &self,
+        name: &str,
+        doing: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let rows = match self.0.locks.sessions.for_attempt().await? {
+            Some(serving) => serving.session.client.query(sql, params).await,
+            None => {
+                let client = self.0.locks.sessions.connector.once().await?;
+                client.query(sql, params).await
+            }
+        };
+        rows.map_err(|e| failed(name, doing, e))
+    }
+}
+
+/// The error of a statement about the lock `name` that failed while `doing`.
+fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
+    LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
 }
 
 /// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at

@@ -4,22 +4,9 @@
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::PostgresStore;
-use super::semaphore::{Slots, permits_held};
-use super::take::failed;
+use super::semaphore::Slots;
+use super::{PostgresStore, failed, sql};
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
-
-/// The condition on the rows of `pg_locks` for one advisory key in this database, given
-/// as it shows it (see `AdvisoryKey::pg_locks`) in the parameters numbered from `first`.
-pub(super) fn key_locks(first: usize) -> String {
-    format!(
-        "locktype = 'advisory' \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND classid::int8 = ${first} AND objid::int8 = ${} AND objsubid = ${}",
-        first + 1,
-        first + 2
-    )
-}
 
 impl PostgresStore {
     /// Ends (`pg_terminate_backend`) every session of this database that holds the
@@ -29,15 +16,8 @@ impl PostgresStore {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
         let slots = Slots::of(key.as_str()).classid();
         let client = self.0.locks.sessions.connector.once().await?;
-        let permits = permits_held("$4");
-        let names_lock = key_locks(1);
-        let sql = format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM (\
-             SELECT pid FROM pg_locks WHERE granted AND {names_lock} \
-             UNION SELECT pid FROM ({permits}) AS permits) AS holders"
-        );
         let row = client
-            .query_one(&sql, &[&classid, &objid, &objsubid, &slots])
+            .query_one(&sql::force_unlock(), &[&classid, &objid, &objsubid, &slots])
             .await
             .map_err(|e| failed(key.as_str(), "end its holders' sessions", e))?;
         let ended: i64 = row
@@ -51,12 +31,7 @@ impl PostgresStore {
     /// `key`'s permits.
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
-        let sql = format!(
-            "SELECT pid, mode, granted, holder, held_by, fence \
-             FROM pg_locks LEFT JOIN {} AS fences ON fences.name = $4 WHERE {}",
-            self.0.fence_table,
-            key_locks(1)
-        );
+        let sql = sql::inspect(&self.0.fence_table);
         let name = key.as_str();
         let params: [&(dyn ToSql + Sync); 4] = [&classid, &objid, &objsubid, &name];
         let rows = self.query(name, "read pg_locks", &sql, &params).await?;
@@ -73,25 +48,6 @@ impl PostgresStore {
             .collect();
         let kind = LockKind::Semaphore { permits };
         Ok(Some(LockInfo::new(Some(kind), holders, None)))
-    }
-
-    /// Runs `sql`, which never waits, on a session that is not waiting, or on a
-    /// connection of its own when every one is.
-    pub(super) async fn query(
-        &self,
-        name: &str,
-        doing: &str,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, LockError> {
-        let rows = match self.0.locks.sessions.for_attempt().await? {
-            Some(serving) => serving.session.client.query(sql, params).await,
-            None => {
-                let client = self.0.locks.sessions.connector.once().await?;
-                client.query(sql, params).await
-            }
-        };
-        rows.map_err(|e| failed(name, doing, e))
     }
 }
 

@@ -5,28 +5,13 @@
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
-use super::PostgresStore;
 use super::key::{AdvisoryKey, KeyMapping};
-use super::operator::key_locks;
 use super::session::Session;
-use super::take::failed;
+use super::{PostgresStore, failed, sql};
 use crate::backend::sql::session_locks::{self, Taken};
 use crate::backend::sql::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKey, LockKind};
-
-/// The channel a released permit is announced on.
-pub(super) const CHANNEL: &str = "lock_permits";
-
-/// The rows of `pg_locks` for the permits held of the semaphore whose slots' upper half,
-/// as `pg_locks` shows it, is `$classid`.
-pub(super) fn permits_held(classid: &str) -> String {
-    format!(
-        "SELECT objid::int8 AS slot, pid FROM pg_locks \
-         WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = {classid} \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    )
-}
 
 /// The slots of one semaphore.
 #[derive(Debug, Clone, Copy)]
@@ -91,30 +76,8 @@ impl PostgresStore {
         slots: Slots,
         permits: u32,
     ) -> Result<Option<Taken<Self>>, LockError> {
-        let table = &self.0.fence_table;
-        let held = permits_held("$4");
-        let names_lock = key_locks(5);
-        let sql = format!(
-            "WITH stored AS MATERIALIZED (SELECT permits FROM {table} \
-             WHERE name = $1 AND permits IS NOT NULL FOR UPDATE), \
-             held AS MATERIALIZED ({held}), \
-             free AS MATERIALIZED (SELECT slot FROM stored, generate_series(0, \
-                 CASE WHEN stored.permits = $2::int8 AND (SELECT count(*) FROM held) < $2 \
-                 THEN (SELECT count(*) FROM held) ELSE -1 END) AS slot \
-               WHERE CASE WHEN slot NOT IN (SELECT slot FROM held) \
-                 THEN pg_try_advisory_lock(($3::int8 << 32) | slot) ELSE false END \
-               LIMIT 1), \
-             clear AS MATERIALIZED (SELECT slot FROM free \
-               WHERE CASE WHEN EXISTS (SELECT FROM pg_locks WHERE granted AND {names_lock}) \
-                 THEN NOT pg_advisory_unlock(($3::int8 << 32) | slot) ELSE true END), \
-             taken AS (UPDATE {table} SET fence = {table}.fence + 1 FROM clear \
-               WHERE {table}.name = $1 RETURNING {table}.fence, clear.slot) \
-             SELECT stored.permits, taken.fence, taken.slot FROM stored LEFT JOIN taken ON true"
-        );
-        let store_count = format!(
-            "INSERT INTO {table} (name, fence, permits) VALUES ($1, 0, $2) \
-             ON CONFLICT (name) DO UPDATE SET permits = $2 WHERE {table}.permits IS NULL"
-        );
+        let sql = sql::take_permit(&self.0.fence_table);
+        let store_count = sql::store_first_count(&self.0.fence_table);
         let name = key.as_str();
         let asked = i64::from(permits);
         let high = i64::from(slots.high);
@@ -181,14 +144,7 @@ impl PostgresStore {
         key: &LockKey,
         permits: u32,
     ) -> Result<u32, LockError> {
-        let held = permits_held("$2");
-        let names_lock = key_locks(3);
-        let sql = format!(
-            "SELECT (SELECT permits FROM {} WHERE name = $1), \
-             (SELECT count(*) FROM ({held}) AS held), \
-             EXISTS (SELECT FROM pg_locks WHERE granted AND {names_lock})",
-            self.0.fence_table
-        );
+        let sql = sql::count_permits(&self.0.fence_table);
         let name = key.as_str();
         let classid = Slots::of(name).classid();
         let (key_classid, key_objid, key_objsubid) = self.0.mapping.key(name).pg_locks();
@@ -213,12 +169,7 @@ impl PostgresStore {
     /// Stores `permits` as the count of the semaphore `key`, and announces it: a raised
     /// count may let a waiter in.
     pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
-        let sql = format!(
-            "WITH stored AS (INSERT INTO {table} (name, fence, permits) VALUES ($1, 0, $2) \
-             ON CONFLICT (name) DO UPDATE SET permits = $2 RETURNING permits) \
-             SELECT stored.permits FROM stored, pg_notify('{CHANNEL}', '')",
-            table = self.0.fence_table
-        );
+        let sql = sql::store_count(&self.0.fence_table);
         let name = key.as_str();
         self.query(name, "store its count", &sql, &[&name, &i64::from(permits)])
             .await?;
@@ -231,12 +182,7 @@ impl PostgresStore {
         &self,
         name: &str,
     ) -> Result<Option<(u32, Vec<String>)>, LockError> {
-        let held = permits_held("$2");
-        let sql = format!(
-            "SELECT stored.permits, held.slot FROM {} AS stored, ({held}) AS held \
-             WHERE stored.name = $1 AND stored.permits IS NOT NULL",
-            self.0.fence_table
-        );
+        let sql = sql::inspect_permits(&self.0.fence_table);
         let classid = Slots::of(name).classid();
         let rows = self
             .query(name, "read pg_locks", &sql, &[&name, &classid])

@@ -12,7 +12,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::key::AdvisoryKey;
-use super::semaphore;
+use super::sql;
 use crate::LockError;
 use crate::backend::sql::sessions::{self, Connector, SessionState};
 
@@ -46,7 +46,7 @@ impl sessions::Session for Session {
 
     async fn ping(&self) -> Result<(), LockError> {
         self.client
-            .batch_execute("")
+            .batch_execute(sql::PING)
             .await
             .map_err(|e| LockError::backend("postgres: a session did not answer", e))
     }
@@ -91,10 +91,7 @@ impl Connector for Connect {
         tokio::spawn(run(connection, state.ended(), self.released.clone()));
         let lease = self.lease.as_millis();
         client
-            .batch_execute(&format!(
-                "SET idle_session_timeout = {lease}; LISTEN {}",
-                semaphore::CHANNEL
-            ))
+            .batch_execute(&sql::open_session(lease))
             .await
             .map_err(|e| {
                 LockError::backend(

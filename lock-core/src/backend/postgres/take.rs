@@ -9,22 +9,15 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
+use super::failed;
 use super::key::AdvisoryKey;
-use super::semaphore::{self, Slots};
+use super::semaphore::Slots;
 use super::session::Session;
+use super::sql::{self, Attempt, KeyShape};
 use crate::backend::sql::session_locks;
 use crate::backend::sql::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKind};
-
-/// Whether a statement waits for the lock or makes one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Attempt {
-    /// `pg_try_advisory_lock`: never waits.
-    Once,
-    /// `pg_advisory_lock`: waits in the server's queue, under `lock_timeout`.
-    Wait,
-}
 
 /// One attempt on `session`, which other holds share, to take `key` as `request` asks:
 /// its fencing token, or `None` if it is held. A statement that fails may have taken the
@@ -35,7 +28,7 @@ pub(super) async fn once(
     request: &Acquire,
     key: AdvisoryKey,
 ) -> Result<Option<u64>, LockError> {
-    let sql = take_sql(table, key, request.kind, Attempt::Once);
+    let sql = sql::take(table, shape(key), request.kind, Attempt::Once);
     match fence(session, &sql, request, key).await {
         Ok(fence) => Ok(fence),
         Err(e) => {
@@ -57,7 +50,7 @@ pub(super) async fn wait(
     key: AdvisoryKey,
     abandoned: CancellationToken,
 ) -> Result<Option<u64>, LockError> {
-    let sql = take_sql(table, key, request.kind, Attempt::Wait);
+    let sql = sql::take(table, shape(key), request.kind, Attempt::Wait);
     let announced = session.released.clone();
     loop {
         let released = announced.notified();
@@ -92,7 +85,7 @@ async fn wait_once(
     abandoned: &CancellationToken,
 ) -> Result<Waited, LockError> {
     let left = request.deadline.saturating_duration_since(Instant::now());
-    let timeout = format!("SET lock_timeout = {}", left.as_millis().max(1));
+    let timeout = sql::lock_timeout(left.as_millis().max(1));
     let waited = {
         let client = &session.client;
         let take = async {
@@ -100,7 +93,7 @@ async fn wait_once(
             let (_, fence, _) = tokio::join!(
                 client.batch_execute(&timeout),
                 fence(session, sql, request, key),
-                client.batch_execute("SET lock_timeout = 0"),
+                client.batch_execute(sql::NO_LOCK_TIMEOUT),
             );
             fence
         };
@@ -125,10 +118,7 @@ async fn wait_once(
         Ok(None) => Ok(Waited::GaveWay),
         Err(e) => {
             // The session holds nothing else: whatever the statement took goes back.
-            let unlocked = session
-                .client
-                .batch_execute("SELECT pg_advisory_unlock_all()")
-                .await;
+            let unlocked = session.client.batch_execute(sql::UNLOCK_ALL).await;
             if unlocked.is_err() {
                 session.state().end();
             }
@@ -145,10 +135,7 @@ async fn wait_once(
 /// land on the first try and fail it, never on the second.
 async fn retire(session: &Session) {
     for _ in 0..2 {
-        let unlocked = session
-            .client
-            .batch_execute("SELECT pg_advisory_unlock_all()")
-            .await;
+        let unlocked = session.client.batch_execute(sql::UNLOCK_ALL).await;
         if unlocked.is_ok() {
             break;
         }
@@ -163,15 +150,7 @@ pub(super) async fn unlock(
     key: AdvisoryKey,
     kind: LockKind,
 ) -> Result<bool, tokio_postgres::Error> {
-    let function = match kind {
-        LockKind::Read => "pg_advisory_unlock_shared",
-        _ => "pg_advisory_unlock",
-    };
-    let announce = match kind {
-        LockKind::Semaphore { .. } => format!(", pg_notify('{}', '')", semaphore::CHANNEL),
-        _ => String::new(),
-    };
-    let sql = format!("SELECT {function}({}){announce}", key_args(key, 1));
+    let sql = sql::unlock(shape(key), kind);
     let statement = session.prepare(&sql).await?;
     let client = &session.client;
     let row = match key {
@@ -182,7 +161,7 @@ pub(super) async fn unlock(
 }
 
 /// Takes the lock and, if it was taken and no permit of the name is held, draws the next
-/// fencing token of the name: one statement, one round trip.
+/// fencing token of the name: one statement ([`sql::take`]), one round trip.
 async fn fence(
     session: &Session,
     sql: &str,
@@ -215,46 +194,10 @@ async fn fence(
     }
 }
 
-/// The statement that takes the lock as `attempt` and draws its token from `table`,
-/// recording there the owner's token and the session's pid (for `inspect`), unless the
-/// name's row says it has been a semaphore and one of its permits is held (`pg_locks`,
-/// read after the lock was taken): then it gives the lock back and answers no row.
-/// Parameters: the name, the owner's token, the permit slots' `classid`, the key.
-fn take_sql(table: &str, key: AdvisoryKey, kind: LockKind, attempt: Attempt) -> String {
-    let (function, unlock) = match (kind, attempt) {
-        (LockKind::Read, Attempt::Once) => {
-            ("pg_try_advisory_lock_shared", "pg_advisory_unlock_shared")
-        }
-        (LockKind::Read, Attempt::Wait) => ("pg_advisory_lock_shared", "pg_advisory_unlock_shared"),
-        (_, Attempt::Once) => ("pg_try_advisory_lock", "pg_advisory_unlock"),
-        (_, Attempt::Wait) => ("pg_advisory_lock", "pg_advisory_unlock"),
-    };
-    let args = key_args(key, 4);
-    let call = format!("{function}({args})");
-    let taken = match attempt {
-        Attempt::Once => call,
-        Attempt::Wait => format!("{call} IS NOT NULL"),
-    };
-    let permits_held = semaphore::permits_held("$3");
-    format!(
-        "WITH fenced AS (INSERT INTO {table} (name, fence, holder, held_by) \
-           SELECT $1, 1, $2::text, pg_backend_pid() WHERE {taken} \
-           ON CONFLICT (name) DO UPDATE SET fence = {table}.fence + 1, \
-           holder = excluded.holder, held_by = excluded.held_by RETURNING fence, permits) \
-         SELECT fence FROM fenced WHERE CASE WHEN permits IS NULL THEN true \
-         WHEN NOT EXISTS ({permits_held}) THEN true ELSE NOT {unlock}({args}) END"
-    )
-}
-
-/// The key's parameters, numbered from `first`.
-fn key_args(key: AdvisoryKey, first: usize) -> String {
+/// How many parameters `key` takes in a statement.
+fn shape(key: AdvisoryKey) -> KeyShape {
     match key {
-        AdvisoryKey::Bigint(_) => format!("${first}::int8"),
-        AdvisoryKey::Pair(..) => format!("${first}::int4, ${}::int4", first + 1),
+        AdvisoryKey::Bigint(_) => KeyShape::Bigint,
+        AdvisoryKey::Pair(..) => KeyShape::Pair,
     }
-}
-
-/// The error of a statement about the lock `name` that failed while `doing`.
-pub(super) fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
-    LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
 }
