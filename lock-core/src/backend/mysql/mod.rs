@@ -16,6 +16,9 @@
 //! # }
 //! ```
 //!
+//! Every statement the store sends is in `sql.rs`, each with its parameters and what it
+//! returns.
+//!
 //! # Names
 //!
 //! The lock `K` is the user lock that [`NameMapping::DistributedLock`] names for `K` (see
@@ -139,6 +142,7 @@ mod name;
 mod operator;
 mod semaphore;
 mod session;
+mod sql;
 mod take;
 
 use std::fmt;
@@ -217,7 +221,7 @@ impl MySqlStore {
                 work(&mut conn).await
             }
         };
-        done.map_err(|e| take::failed(name, doing, e))
+        done.map_err(|e| failed(name, doing, e))
     }
 
     /// Opens the first session and creates the fence table if it is missing.
@@ -241,15 +245,10 @@ impl MySqlStore {
         let Some(serving) = self.0.locks.sessions.for_attempt().await? else {
             return Ok(());
         };
-        let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {} (name VARBINARY(255) PRIMARY KEY, \
-             token BIGINT UNSIGNED NOT NULL, \
-             permits INT UNSIGNED, slots INT UNSIGNED) ENGINE=InnoDB",
-            self.0.fence_table
-        );
+        let statement = sql::create_fence_table(&self.0.fence_table);
         serving
             .session
-            .run(|conn| Box::pin(conn.query_drop(sql)))
+            .run(|conn| Box::pin(conn.query_drop(statement)))
             .await
             .map_err(|e| {
                 LockError::backend(
@@ -382,4 +381,9 @@ impl Store for MySqlStore {
     fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(self.0.locks.flush())
     }
+}
+
+/// The error of a statement about the lock `name` that failed while `doing`.
+fn failed(name: &str, doing: &str, error: mysql_async::Error) -> LockError {
+    LockError::backend(format!("mysql lock {name:?}: cannot {doing}"), error)
 }

@@ -5,15 +5,9 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use super::MySqlStore;
 use super::semaphore::permits_held;
-use super::take::failed;
+use super::{MySqlStore, failed, sql};
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
-
-/// How many sessions wait for a user lock, where the server counts them.
-const WAITING: &str = "SELECT IF(@@performance_schema, (SELECT COUNT(*) \
-    FROM performance_schema.metadata_locks WHERE OBJECT_TYPE = 'USER LEVEL LOCK' \
-    AND OBJECT_NAME = ? AND LOCK_STATUS = 'PENDING'), NULL)";
 
 impl MySqlStore {
     /// Ends (`KILL`) every session that holds the lock `key` or a permit of the
@@ -32,7 +26,7 @@ impl MySqlStore {
         holders.sort_unstable();
         holders.dedup();
         for holder in &holders {
-            conn.query_drop(format!("KILL {holder}"))
+            conn.query_drop(sql::kill(*holder))
                 .await
                 .map_err(|e| failed(&name, "end its holder's session", e))?;
         }
@@ -83,12 +77,12 @@ async fn holders(
     table: String,
     name: String,
 ) -> Result<Holders, mysql_async::Error> {
-    let holder: Option<Option<u64>> = conn.exec_first("SELECT IS_USED_LOCK(?)", (&name,)).await?;
+    let holder: Option<Option<u64>> = conn.exec_first(sql::IS_USED_LOCK, (&name,)).await?;
     let Some(holder) = holder.flatten() else {
         return Ok(Holders::Permits(permits_held(conn, &table, &name).await?));
     };
     // Without the privilege to read performance_schema, the count is unknown.
-    let waiting: Option<Option<Option<u64>>> = conn.exec_first(WAITING, (&name,)).await.ok();
+    let waiting: Option<Option<Option<u64>>> = conn.exec_first(sql::WAITING, (&name,)).await.ok();
     Ok(Holders::Exclusive {
         holder,
         waiting: waiting.flatten().flatten(),
@@ -104,7 +98,7 @@ fn shown(number: u64) -> HolderInfo {
 /// The connection id of the session that holds the user lock `name`, if any.
 async fn holder(conn: &mut Conn, name: &str) -> Result<Option<u64>, LockError> {
     let holder: Option<Option<u64>> = conn
-        .exec_first("SELECT IS_USED_LOCK(?)", (name,))
+        .exec_first(sql::IS_USED_LOCK, (name,))
         .await
         .map_err(|e| failed(name, "read IS_USED_LOCK", e))?;
     Ok(holder.flatten())

@@ -9,10 +9,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::MySqlStore;
 use super::name::safe_name;
 use super::session::Session;
-use super::take::failed;
+use super::{MySqlStore, failed, sql};
 use crate::backend::sql::session_locks::{self, Taken};
 use crate::backend::sql::sessions::Session as _;
 use crate::backend::store::Acquire;
@@ -129,14 +128,10 @@ impl MySqlStore {
     pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
         check_permits(key, permits)?;
         let lock = self.0.mapping.lock_name(key.as_str())?;
-        let sql = format!(
-            "INSERT INTO {} (name, token, permits, slots) VALUES (?, 0, ?, ?) \
-             ON DUPLICATE KEY UPDATE slots = GREATEST(COALESCE(slots, 0), ?), permits = ?",
-            self.0.fence_table
-        );
+        let statement = sql::store_count(&self.0.fence_table);
         let params = (lock.clone(), permits, permits, permits, permits);
         self.query(&lock, "store its count", move |conn| {
-            Box::pin(conn.exec_drop(sql, params))
+            Box::pin(conn.exec_drop(statement, params))
         })
         .await?;
         self.0.permits_released.notify_waiters();
@@ -177,7 +172,7 @@ async fn permits_free(
     let count = read_count(conn, &table, &lock).await?;
     let names = slot_names(&lock, count.map_or(0, |count| count.slots));
     let held = holders_by_slot(conn, &names).await?;
-    let locked: Option<Option<u64>> = conn.exec_first("SELECT IS_USED_LOCK(?)", (&lock,)).await?;
+    let locked: Option<Option<u64>> = conn.exec_first(sql::IS_USED_LOCK, (&lock,)).await?;
     let stored = count.and_then(|count| count.permits);
     Ok((
         stored,
@@ -224,19 +219,16 @@ async fn attempt(
     let Some(slot) = take_free_slot(conn, &names, &lock, permits).await? else {
         return Ok(Attempt::Full);
     };
-    let sql = format!(
-        "UPDATE {table} SET token = LAST_INSERT_ID(token + 1) \
-         WHERE name = ? AND permits IS NOT NULL AND IS_USED_LOCK(?) IS NULL AND {} <= permits",
-        held_sql(names.len())
-    );
+    let statement = sql::fence_permit(&table, names.len());
     let mut params = vec![Value::from(&lock), Value::from(&lock)];
     params.extend(names.iter().map(Value::from));
-    conn.exec_drop(sql, Params::Positional(params)).await?;
+    conn.exec_drop(statement, Params::Positional(params))
+        .await?;
     if conn.affected_rows() == 1 {
         let fence = conn.last_insert_id().unwrap_or_default();
         return Ok(Attempt::Took { slot, fence });
     }
-    conn.exec_drop("DO RELEASE_LOCK(?)", (&names[slot as usize],))
+    conn.exec_drop(sql::DO_RELEASE_LOCK, (&names[slot as usize],))
         .await?;
     Ok(Attempt::Full)
 }
@@ -264,10 +256,7 @@ async fn take_free_slot(
         };
         let name = &names[slot as usize];
         let took: Option<Option<i64>> = conn
-            .exec_first(
-                "SELECT IF(IS_FREE_LOCK(?) AND IS_FREE_LOCK(?), GET_LOCK(?, 0), 0)",
-                (name, lock, name),
-            )
+            .exec_first(sql::TAKE_FREE_SLOT, (name, lock, name))
             .await?;
         if took == Some(Some(1)) {
             return Ok(Some(slot));
@@ -283,13 +272,8 @@ async fn store_first_count(
     lock: &str,
     permits: u32,
 ) -> Result<(), mysql_async::Error> {
-    let sql = format!(
-        "INSERT INTO {table} (name, token, permits, slots) VALUES (?, 0, ?, ?) \
-         ON DUPLICATE KEY UPDATE \
-         slots = IF(permits IS NULL, GREATEST(COALESCE(slots, 0), ?), slots), \
-         permits = COALESCE(permits, ?)"
-    );
-    conn.exec_drop(sql, (lock, permits, permits, permits, permits))
+    let statement = sql::store_first_count(table);
+    conn.exec_drop(statement, (lock, permits, permits, permits, permits))
         .await
 }
 
@@ -299,8 +283,8 @@ async fn read_count(
     table: &str,
     lock: &str,
 ) -> Result<Option<Count>, mysql_async::Error> {
-    let sql = format!("SELECT permits, slots FROM {table} WHERE name = ?");
-    let row: Option<(Option<u32>, Option<u32>)> = conn.exec_first(sql, (lock,)).await?;
+    let statement = sql::read_count(table);
+    let row: Option<(Option<u32>, Option<u32>)> = conn.exec_first(statement, (lock,)).await?;
     Ok(row.map(|(permits, slots)| Count {
         permits,
         slots: slots.unwrap_or(0),
@@ -315,10 +299,10 @@ async fn holders_by_slot(
     if names.is_empty() {
         return Ok(Vec::new());
     }
-    let probes = vec!["IS_USED_LOCK(?)"; names.len()].join(", ");
+    let statement = sql::holders(names.len());
     let params = names.iter().map(Value::from).collect();
     let row: Option<Row> = conn
-        .exec_first(format!("SELECT {probes}"), Params::Positional(params))
+        .exec_first(statement, Params::Positional(params))
         .await?;
     let values = row.map(Row::unwrap).unwrap_or_default();
     values
@@ -326,14 +310,6 @@ async fn holders_by_slot(
         .map(mysql_async::from_value_opt::<Option<u64>>)
         .collect::<Result<_, _>>()
         .map_err(|e| mysql_async::Error::Other(e.into()))
-}
-
-/// How many of `slots` slots are held, as SQL over `slots` parameters: their names.
-fn held_sql(slots: usize) -> String {
-    if slots == 0 {
-        return "0".into();
-    }
-    vec!["(IS_USED_LOCK(?) IS NOT NULL)"; slots].join(" + ")
 }
 
 /// After a take of the lock `lock` on a name that has been a semaphore: draws the
@@ -352,14 +328,11 @@ pub(super) async fn fence_unless_permits(
                     .await?
                     .map_or(0, |count| count.slots);
                 let names = slot_names(&lock, slots);
-                let sql = format!(
-                    "UPDATE {table} SET token = LAST_INSERT_ID(token + 1) \
-                     WHERE name = ? AND {} = 0",
-                    held_sql(names.len())
-                );
+                let statement = sql::fence_unless_permits(&table, names.len());
                 let mut params = vec![Value::from(&lock)];
                 params.extend(names.iter().map(Value::from));
-                conn.exec_drop(sql, Params::Positional(params)).await?;
+                conn.exec_drop(statement, Params::Positional(params))
+                    .await?;
                 Ok((conn.affected_rows() == 1).then(|| conn.last_insert_id().unwrap_or_default()))
             })
         })

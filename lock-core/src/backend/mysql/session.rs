@@ -14,6 +14,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::sql;
 use crate::LockError;
 use crate::backend::sql::sessions::{self, Connector, SessionState};
 
@@ -98,7 +99,7 @@ impl Connector for Connect {
     async fn open(&self, state: SessionState<String>) -> Result<Arc<Session>, LockError> {
         let lease = self.lease.as_secs();
         let mut init = self.opts.init().to_vec();
-        init.push(format!("SET SESSION wait_timeout = {lease}"));
+        init.push(sql::set_wait_timeout(lease));
         let leased = OptsBuilder::from_opts(self.opts.clone())
             .init(init)
             .wait_timeout(Some(lease as usize));
@@ -106,7 +107,7 @@ impl Connector for Connect {
         let watch = Conn::new(leased).await.map_err(cannot_connect)?;
         let marker = format!("lock_core_session_{}", uuid::Uuid::new_v4().simple());
         let marked: Option<Option<i64>> = conn
-            .exec_first("SELECT GET_LOCK(?, 0)", (&marker,))
+            .exec_first(sql::GET_LOCK_NOW, (&marker,))
             .await
             .map_err(|e| LockError::backend("mysql: cannot take a session's marker lock", e))?;
         if marked != Some(Some(1)) {
@@ -133,7 +134,7 @@ impl Connector for Connect {
 async fn watch_over(mut watch: Conn, marker: String, lease: u64, ended: CancellationToken) {
     loop {
         let got: Result<Option<Option<i64>>, _> = tokio::select! {
-            got = watch.exec_first("SELECT GET_LOCK(?, ?)", (&marker, lease)) => got,
+            got = watch.exec_first(sql::GET_LOCK, (&marker, lease)) => got,
             () = ended.cancelled() => break,
         };
         match got {

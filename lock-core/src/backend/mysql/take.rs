@@ -8,8 +8,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::semaphore;
 use super::session::{Connect, Session};
+use super::{failed, semaphore, sql};
 use crate::LockError;
 use crate::backend::sql::session_locks;
 use crate::backend::sql::sessions::Session as _;
@@ -26,8 +26,8 @@ pub(super) async fn once(
     permits_released: &Notify,
     abandoned: &CancellationToken,
 ) -> Result<Option<u64>, LockError> {
-    let sql = take_sql(table, "GET_LOCK(?, 0)");
-    let took = match fence(session, sql, (name, name).into()).await {
+    let statement = sql::take_now(table);
+    let took = match fence(session, statement, (name, name).into()).await {
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
         Ok(Took::Nothing) => Ok(None),
         Ok(Took::OnASemaphore) => {
@@ -58,9 +58,9 @@ pub(super) async fn wait(
 ) -> Result<Option<u64>, LockError> {
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
-    let sql = take_sql(table, "GET_LOCK(?, ?)");
+    let statement = sql::take_waiting(table);
     let waited = tokio::select! {
-        waited = fence(session, sql, (name, name, seconds).into()) => waited,
+        waited = fence(session, statement, (name, name, seconds).into()) => waited,
         () = abandoned.cancelled() => {
             kill(connect, session).await;
             return Ok(None);
@@ -113,7 +113,7 @@ pub(super) async fn drain_permits(
 async fn give_back(session: &Session, name: &str) -> Result<(), mysql_async::Error> {
     let owned = name.to_owned();
     session
-        .run(move |conn| Box::pin(conn.exec_drop("DO RELEASE_LOCK(?)", (owned,))))
+        .run(move |conn| Box::pin(conn.exec_drop(sql::DO_RELEASE_LOCK, (owned,))))
         .await
 }
 
@@ -123,10 +123,7 @@ async fn give_back(session: &Session, name: &str) -> Result<(), mysql_async::Err
 async fn kill(connect: &Connect, session: &Session) {
     let ended = session.state().ended();
     if let Ok(mut conn) = connect.once().await
-        && conn
-            .query_drop(format!("KILL {}", session.id))
-            .await
-            .is_ok()
+        && conn.query_drop(sql::kill(session.id.into())).await.is_ok()
     {
         let _ = tokio::time::timeout(connect.lease, ended.cancelled()).await;
     }
@@ -138,13 +135,13 @@ async fn kill(connect: &Connect, session: &Session) {
 pub(super) async fn unlock(session: &Session, name: &str) -> Result<bool, LockError> {
     let owned = name.to_owned();
     let released: Option<Option<i64>> = session
-        .run(move |conn| Box::pin(conn.exec_first("SELECT RELEASE_LOCK(?)", (owned,))))
+        .run(move |conn| Box::pin(conn.exec_first(sql::RELEASE_LOCK, (owned,))))
         .await
         .map_err(|e| failed(name, "release it", e))?;
     Ok(released == Some(Some(1)))
 }
 
-/// What a statement of [`take_sql`] did.
+/// What a statement of [`sql::take_now`] or [`sql::take_waiting`] did.
 enum Took {
     /// It did not take the lock.
     Nothing,
@@ -155,12 +152,17 @@ enum Took {
     OnASemaphore,
 }
 
-/// Runs `sql` (of [`take_sql`]) with `params` on `session`.
-async fn fence(session: &Session, sql: String, params: Params) -> Result<Took, mysql_async::Error> {
+/// Runs `statement` (of [`sql::take_now`] or [`sql::take_waiting`]) with `params` on
+/// `session`.
+async fn fence(
+    session: &Session,
+    statement: String,
+    params: Params,
+) -> Result<Took, mysql_async::Error> {
     session
         .run(move |conn| {
             Box::pin(async move {
-                conn.exec_drop(sql, params).await?;
+                conn.exec_drop(statement, params).await?;
                 Ok(match (conn.affected_rows(), conn.last_insert_id()) {
                     (0, _) => Took::Nothing,
                     (_, None | Some(0)) => Took::OnASemaphore,
@@ -169,23 +171,4 @@ async fn fence(session: &Session, sql: String, params: Params) -> Result<Took, m
             })
         })
         .await
-}
-
-/// The statement that takes the lock by `get_lock` and, if it took it, draws its
-/// fencing token from `table`: one statement, one round trip. The token is the
-/// statement's insert id (`LAST_INSERT_ID(expr)`); no row changes if it was not taken.
-/// The row of a name that has been a semaphore (its `slots` set) answers with insert id
-/// 0 instead, as its permits must be looked for before the lock counts as taken.
-fn take_sql(table: &str, get_lock: &str) -> String {
-    format!(
-        "INSERT INTO {table} (name, token) SELECT ?, LAST_INSERT_ID(1) FROM DUAL \
-         WHERE {get_lock} = 1 \
-         ON DUPLICATE KEY UPDATE token = IF({table}.slots IS NULL, \
-         LAST_INSERT_ID({table}.token + 1), {table}.token + 1 + LAST_INSERT_ID(0))"
-    )
-}
-
-/// The error of a statement about the lock `name` that failed while `doing`.
-pub(super) fn failed(name: &str, doing: &str, error: mysql_async::Error) -> LockError {
-    LockError::backend(format!("mysql lock {name:?}: cannot {doing}"), error)
 }
