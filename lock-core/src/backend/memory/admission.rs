@@ -5,9 +5,10 @@
 //! exclusive, fair or write hold all of it; a read one share, beside other reads, of as
 //! many as come; a permit one of the semaphore's count, beside other permits. A caller
 //! goes in when what it takes is free and nobody waits ahead of it: for a fair caller,
-//! whoever is first in line if that is not the caller; for a reader, a writer that began
-//! to ask no later than the reader. The other kinds keep no order: whoever asks first
-//! once there is room goes in.
+//! whoever is first in line if that is not the caller; for a reader or a permit, a writer
+//! or an exclusive caller that began to ask no later, so that neither readers nor permits
+//! coming and going keep it out. The other kinds keep no order: whoever asks first once
+//! there is room goes in.
 
 use super::state::Entry;
 use crate::LockKind;
@@ -27,8 +28,8 @@ pub(super) fn admits(entry: &Entry, request: &Acquire) -> bool {
             .line
             .front()
             .is_some_and(|first| *first.token != *request.token),
-        LockKind::Read => entry.writer_waiting_since(request.since),
-        LockKind::Exclusive | LockKind::Write | LockKind::Semaphore { .. } => false,
+        LockKind::Read | LockKind::Semaphore { .. } => entry.writer_waiting_since(request.since),
+        LockKind::Exclusive | LockKind::Write => false,
     };
     free && !ahead
 }
@@ -137,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_waits_for_a_writer_that_began_to_ask_no_later() {
+    fn a_reader_or_a_permit_waits_for_a_writer_that_began_to_ask_no_later() {
         let earlier = Instant::now();
         let writer_since = earlier + SEC;
         let later = writer_since + SEC;
@@ -149,12 +150,22 @@ mod tests {
         assert!(admits(&entry, &asking("r", LockKind::Read, earlier)));
         assert!(!admits(&entry, &asking("r", LockKind::Read, writer_since)));
         assert!(!admits(&entry, &asking("r", LockKind::Read, later)));
-        assert!(
-            admits(
-                &entry,
-                &asking("p", LockKind::Semaphore { permits: 1 }, later)
-            ),
-            "a permit keeps no order"
+        let permit = LockKind::Semaphore { permits: 1 };
+        assert!(admits(&entry, &asking("p", permit, earlier)));
+        assert!(!admits(&entry, &asking("p", permit, later)));
+    }
+
+    #[test]
+    fn a_permit_waits_for_an_exclusive_caller_that_began_to_ask_no_later() {
+        let earlier = Instant::now();
+        let exclusive_since = earlier + SEC;
+        let mut entry = held_by(&[LockKind::Semaphore { permits: 3 }], earlier);
+        entry.wait(
+            &asking("x", LockKind::Exclusive, exclusive_since),
+            &Term::Lease(SEC),
         );
+        let permit = LockKind::Semaphore { permits: 3 };
+        assert!(admits(&entry, &asking("p", permit, earlier)));
+        assert!(!admits(&entry, &asking("p", permit, exclusive_since)));
     }
 }

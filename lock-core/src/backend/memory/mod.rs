@@ -439,7 +439,9 @@ impl MemoryStore {
             LockKind::Fair => {
                 self.release(left.line.key(), left.token, Release::Leave);
             }
-            LockKind::Write => self.stop_waiting_to_write(left.line.key(), left.token),
+            LockKind::Write | LockKind::Exclusive => {
+                self.stop_waiting_to_write(left.line.key(), left.token);
+            }
             _ => {}
         }
     }

@@ -186,9 +186,9 @@ impl Entry {
     }
 
     /// Counts `request`, which waits and did not go in, among those waiting: a fair
-    /// caller takes a place at the back of the line (unless it has one), a writer is
-    /// counted among the waiting writers with when it began to ask. The other kinds keep
-    /// no order.
+    /// caller takes a place at the back of the line (unless it has one), a writer or an
+    /// exclusive caller is counted among the waiting writers with when it began to ask.
+    /// The other kinds keep no order.
     pub(super) fn wait(&mut self, request: &Acquire, term: &Term) {
         let token = &*request.token;
         match request.kind {
@@ -198,7 +198,9 @@ impl Entry {
                     term: term.clone(),
                 });
             }
-            LockKind::Write if !self.writers.iter().any(|(t, _)| &**t == token) => {
+            LockKind::Write | LockKind::Exclusive
+                if !self.writers.iter().any(|(t, _)| &**t == token) =>
+            {
                 self.writers.push((token.into(), request.since));
             }
             _ => {}
@@ -206,14 +208,14 @@ impl Entry {
     }
 
     /// Takes `request`, which goes in, out of those waiting: a fair caller leaves the
-    /// front of the line, a writer the waiting writers.
+    /// front of the line, a writer or an exclusive caller the waiting writers.
     pub(super) fn stop_waiting(&mut self, request: &Acquire) {
         let token = &*request.token;
         match request.kind {
             LockKind::Fair if self.line.front().is_some_and(|p| &*p.token == token) => {
                 self.line.pop_front();
             }
-            LockKind::Write => self.stop_waiting_to_write(token),
+            LockKind::Write | LockKind::Exclusive => self.stop_waiting_to_write(token),
             _ => {}
         }
     }

@@ -30,7 +30,7 @@ impl Wake {
     /// exclusive lock wakes one waiter; a fair one is handed to the first in line (at
     /// `now`, stamped `clock_us`), or wakes one if nobody is in line; a write, or the last
     /// read, wakes every waiter but the writers and the writer that has waited longest;
-    /// another read nobody; a permit one.
+    /// another read nobody; a permit one, and the last permit as the last read does.
     pub(super) fn after_release(
         entry: &mut Entry,
         how: Release,
@@ -48,7 +48,7 @@ impl Wake {
                 }
             }
             (_, LockKind::Read) if !entry.holders.is_empty() => Wake::Nobody,
-            (_, LockKind::Semaphore { .. }) => Wake::One,
+            (_, LockKind::Semaphore { .. }) if !entry.holders.is_empty() => Wake::One,
             _ => Wake::AfterWrite(entry.next_writer()),
         }
     }
