@@ -123,7 +123,6 @@ mod deadline;
 mod error;
 mod keys;
 mod mariadb;
-mod overlap;
 mod paused;
 mod postgres;
 mod process;
@@ -144,10 +143,6 @@ pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscrib
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;
-pub use overlap::{
-    an_exclusive_lock_is_not_starved_by_a_busy_semaphore,
-    holds_and_permits_of_one_name_never_overlap,
-};
 pub use paused::{
     a_call_paused_mid_wait_hands_out_no_lost_guard, a_paused_holder_frees_its_lock,
     a_resumed_holder_claims_nothing,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::MySqlStore;
 use lock_core::backend::mysql::NameMapping;
-use lock_core::{LockKind, LockOptions, Locker};
+use lock_core::{LockOptions, Locker};
 use lock_tests::{MariaDbServer, TcpProxy};
 use mysql_async::prelude::Queryable;
 use tokio::time::{Instant, timeout};
@@ -191,19 +191,6 @@ async fn permits_of_a_killed_session_come_back_and_a_foreign_client_counts() {
     foreign.disconnect().await.unwrap();
 }
 
-/// Exclusive holds and permits of one name, from two stores, never hold at once, though
-/// one is `GET_LOCK` of the name and the other of a slot: each takes its own lock, then
-/// looks for the other's, and gives way.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_holds_and_permits_of_one_name_never_overlap() {
-    let server = MariaDbServer::spawn();
-    let lockers = [
-        Locker::mysql(&server.url()).await.unwrap(),
-        Locker::mysql(&server.url()).await.unwrap(),
-    ];
-    lock_tests::holds_and_permits_of_one_name_never_overlap(lockers, LockKind::Exclusive).await;
-}
-
 #[test]
 fn a_paused_holder_loses_its_locks_about_one_lease_later() {
     let server = MariaDbServer::spawn();
@@ -255,16 +242,6 @@ async fn calls_end_by_their_deadline_while_the_network_is_silent() {
         || proxy.resume(),
     )
     .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exclusive_lock_is_not_starved_by_a_busy_semaphore() {
-    let server = MariaDbServer::spawn();
-    let lockers = [
-        Locker::mysql(&server.url()).await.unwrap(),
-        Locker::mysql(&server.url()).await.unwrap(),
-    ];
-    lock_tests::an_exclusive_lock_is_not_starved_by_a_busy_semaphore(lockers).await;
 }
 
 /// A `Locker` on the server at `url` whose sessions have `lease`.

@@ -252,16 +252,6 @@ async fn calls_end_by_their_deadline_while_the_network_is_silent() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exclusive_lock_is_not_starved_by_a_busy_semaphore() {
-    let server = PostgresServer::spawn();
-    let lockers = [
-        Locker::postgres(&server.url()).await.unwrap(),
-        Locker::postgres(&server.url()).await.unwrap(),
-    ];
-    lock_tests::an_exclusive_lock_is_not_starved_by_a_busy_semaphore(lockers).await;
-}
-
 /// A `Locker` on the server at `url` whose sessions have `lease`.
 async fn leased(url: String, lease: Duration) -> Locker {
     let store = PostgresStore::builder(&url)
@@ -406,20 +396,6 @@ async fn a_granted_advisory_lock_is_in_pg_locks_for_every_session_at_once() {
         );
         assert_eq!(run(&looker, seen).await, "0", "a freed lock still shown");
     }
-}
-
-/// Reads and permits of one name, from two stores, never hold at once, though a read is
-/// `pg_advisory_lock_shared` on the name's key and a permit another advisory lock: each
-/// takes its own lock, then looks for the other's in `pg_locks`, and gives way. Both
-/// kinds get in along the way (some tries are refused, some waits time out).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_and_permits_of_one_name_never_overlap() {
-    let server = PostgresServer::spawn();
-    let lockers = [
-        Locker::postgres(&server.url()).await.unwrap(),
-        Locker::postgres(&server.url()).await.unwrap(),
-    ];
-    lock_tests::holds_and_permits_of_one_name_never_overlap(lockers, LockKind::Read).await;
 }
 
 /// A fence table made by an earlier version (a name and a fence) gains the columns this

@@ -717,25 +717,3 @@ async fn calls_end_by_their_deadline_while_the_network_is_silent() {
     )
     .await;
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holds_and_permits_of_one_name_never_overlap() {
-    let server = ZooKeeperServer::spawn();
-    for kind in [LockKind::Exclusive, LockKind::Write, LockKind::Read] {
-        let lockers = [
-            timed_out(server.connect_string()).await,
-            timed_out(server.connect_string()).await,
-        ];
-        lock_tests::holds_and_permits_of_one_name_never_overlap(lockers, kind).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exclusive_lock_is_not_starved_by_a_busy_semaphore() {
-    let server = ZooKeeperServer::spawn();
-    let lockers = [
-        timed_out(server.connect_string()).await,
-        timed_out(server.connect_string()).await,
-    ];
-    lock_tests::an_exclusive_lock_is_not_starved_by_a_busy_semaphore(lockers).await;
-}

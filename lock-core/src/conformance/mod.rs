@@ -45,8 +45,8 @@
 //! first-come-first-served order, a hold that ends (a lease that runs out, or a session
 //! that ends) cancelling `with_lock`, dropped guards and dropped acquires, reentrancy,
 //! bad keys and kinds a store lacks; then the read-write lock ([`readers_overlap`] and
-//! the rest), the semaphore, and what an operator sees and does
-//! ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
+//! the rest), the semaphore, holds and permits of one name, and what an operator sees and
+//! does ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
 //! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]). A test of a kind or
 //! an operation that the store lacks ([`crate::LockError::Unsupported`], or the `Config`
 //! error of [`crate::backend::Store::force_unlock`] and `inspect`) has nothing to check
@@ -72,6 +72,7 @@ mod ending;
 mod exclusion;
 mod fair;
 mod inspect;
+mod one_name;
 mod read_write;
 mod reentrancy;
 mod refusals;
@@ -83,6 +84,7 @@ pub use ending::*;
 pub use exclusion::*;
 pub use fair::*;
 pub use inspect::*;
+pub use one_name::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use refusals::*;
@@ -187,6 +189,8 @@ macro_rules! conformance {
             a_semaphore_keeps_its_count,
             permits_are_not_reentrant,
             dropped_guards_of_every_kind_free_their_hold,
+            holds_and_permits_of_one_name_never_overlap,
+            an_exclusive_lock_is_not_starved_by_a_busy_semaphore,
             force_unlock_frees_a_held_lock_and_its_holder_learns_of_it,
             inspect_shows_the_holder_of_a_lock_and_who_waits,
             inspect_counts_readers_and_permits,
