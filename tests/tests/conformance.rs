@@ -86,7 +86,7 @@ impl StoreUnderTest for MemorySessions {
         let session = store
             .downcast_ref::<MemoryStore>()
             .expect("a Locker of this store under test");
-        session.end_session();
+        session.end_session().await;
     }
 }
 
@@ -285,7 +285,7 @@ impl StoreUnderTest for Postgres {
         let store = store
             .downcast_ref::<PostgresStore>()
             .expect("a Locker of this store under test");
-        store.end_session();
+        store.end_session().await;
     }
 }
 
@@ -324,7 +324,7 @@ impl StoreUnderTest for MariaDb {
         let store = store
             .downcast_ref::<MySqlStore>()
             .expect("a Locker of this store under test");
-        store.end_session();
+        store.end_session().await;
     }
 }
 

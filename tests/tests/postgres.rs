@@ -31,6 +31,7 @@ fn call(function: &str, key: AdvisoryKey) -> String {
     match key {
         AdvisoryKey::Bigint(k) => format!("SELECT {function}({k}::int8)::text"),
         AdvisoryKey::Pair(high, low) => format!("SELECT {function}({high}, {low})::text"),
+        other => panic!("no peer statement for {other:?}"),
     }
 }
 

@@ -418,7 +418,7 @@ impl PostgresFloor {
     fn key(name: &str) -> i64 {
         match KeyMapping::DistributedLock.key(name) {
             AdvisoryKey::Bigint(key) => key,
-            AdvisoryKey::Pair(..) => panic!("the floor locks names of 10 characters or more"),
+            other => panic!("the floor locks names of 10 characters or more, not {other:?}"),
         }
     }
 

@@ -118,7 +118,7 @@ impl MemoryStore {
     /// let guard = a.lock("job:1").await?;
     /// assert_eq!(guard.lease_left(), None, "no lease: it lasts as long as the session");
     ///
-    /// session.end_session();
+    /// session.end_session().await;
     /// guard.lost().await;
     /// assert!(b.try_lock("job:1").await?.is_some(), "the session's holds are freed");
     /// # Ok(())
@@ -134,7 +134,7 @@ impl MemoryStore {
     /// Ends this handle's session, as a dropped connection or an expiry would: every
     /// hold taken on it is freed (its waiters are woken) and its guard lost; the next
     /// acquisition opens a new session. Nothing on a store whose holds are leases.
-    pub fn end_session(&self) {
+    pub async fn end_session(&self) {
         let Terms::Sessions(session) = &self.term else {
             return;
         };

@@ -201,7 +201,7 @@ impl MySqlStore {
     /// Ends every session of this store, as if each connection dropped: every hold on
     /// them reports [`lost`](crate::LockGuard::lost). The next acquisition opens a new
     /// session.
-    pub fn end_session(&self) {
+    pub async fn end_session(&self) {
         self.0.locks.sessions.end_all();
     }
 

@@ -39,6 +39,7 @@ pub enum KeyMapping {
 /// assert_eq!(AdvisoryKey::Pair(3, -1).to_string(), "00000003,ffffffff");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AdvisoryKey {
     /// `pg_advisory_lock(bigint)`.
     Bigint(i64),
