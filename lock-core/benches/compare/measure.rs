@@ -10,7 +10,6 @@ use lock_core::redis::{self, aio::MultiplexedConnection};
 use lock_tests::{PostgresServer, ZooKeeperServer};
 use zookeeper_client as zk;
 
-use crate::report::Row;
 use crate::systems::connection;
 
 /// `d` in µs (from whole nanoseconds, so that 180.277 µs prints as such).
@@ -111,13 +110,13 @@ where
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ZooKeeperWork {
     /// Requests it received (`zk_packets_received`).
-    requests: f64,
+    pub(crate) requests: f64,
     /// Writes it applied (`zk_cnt_updatelatency`).
-    writes: f64,
+    pub(crate) writes: f64,
     /// Times it fsynced its transaction log (`zk_cnt_fsynctime`), and the ms they took, each
     /// counted in whole ms (`zk_sum_fsynctime`).
-    fsyncs: f64,
-    fsync_ms: f64,
+    pub(crate) fsyncs: f64,
+    pub(crate) fsync_ms: f64,
 }
 
 impl ZooKeeperWork {
@@ -153,27 +152,6 @@ impl ZooKeeperWork {
         self.fsyncs += other.fsyncs;
         self.fsync_ms += other.fsync_ms;
     }
-
-    /// Puts this work, per operation of `ops`, in `row`: the requests as the commands sent,
-    /// writes and fsyncs in `extra` and the note.
-    pub(crate) fn describe(&self, row: &mut Row, ops: usize) {
-        let per_op = |n: f64| n / ops.max(1) as f64;
-        row.commands_per_op = Some(per_op(self.requests));
-        let figures = [
-            ("zk_writes_per_op", per_op(self.writes)),
-            ("zk_fsyncs_per_op", per_op(self.fsyncs)),
-            ("zk_fsync_ms_per_op", per_op(self.fsync_ms)),
-        ];
-        row.extra.extend(figures);
-        let [writes, fsyncs, fsync_ms] = figures.map(|(_, v)| v);
-        let note =
-            format!("ZooKeeper per op: {writes:.2} writes, {fsyncs:.2} fsyncs ({fsync_ms:.1} ms)");
-        row.note = [note, std::mem::take(&mut row.note)]
-            .into_iter()
-            .filter(|n| !n.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-    }
 }
 
 /// The median of `samples` runs of a prepared `SELECT 1` (one round trip each: bind,
@@ -201,12 +179,12 @@ pub(crate) async fn postgres_round_trip(url: &str, samples: usize) -> f64 {
 pub(crate) struct PostgresStatements {
     /// Statements prepared (`parse`): tokio-postgres waits for each one's reply, one round
     /// trip, before it uses it.
-    parses: f64,
+    pub(crate) parses: f64,
     /// Prepared statements run (`execute`, after their `bind`): a round trip each, unless
     /// pipelined.
-    executes: f64,
+    pub(crate) executes: f64,
     /// Simple queries (`statement:`): a round trip each, unless pipelined.
-    simple: f64,
+    pub(crate) simple: f64,
 }
 
 impl PostgresStatements {
@@ -240,26 +218,6 @@ impl PostgresStatements {
             executes: count("execute "),
             simple: count("statement: "),
         }
-    }
-
-    /// Puts these statements, per operation of `ops`, in `row`: in `extra` and the note.
-    pub(crate) fn describe(&self, row: &mut Row, ops: usize) {
-        let per_op = |n: f64| n / ops.max(1) as f64;
-        let figures = [
-            ("pg_parses_per_op", per_op(self.parses)),
-            ("pg_executes_per_op", per_op(self.executes)),
-            ("pg_simple_queries_per_op", per_op(self.simple)),
-        ];
-        row.extra.extend(figures);
-        let [parses, executes, simple] = figures.map(|(_, v)| v);
-        let note = format!(
-            "PostgreSQL per op: {parses:.2} parses, {executes:.2} executes, {simple:.2} simple queries"
-        );
-        row.note = [note, std::mem::take(&mut row.note)]
-            .into_iter()
-            .filter(|n| !n.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
     }
 }
 

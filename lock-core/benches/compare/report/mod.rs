@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 
 use serde::{Serialize, Serializer};
 
-use crate::measure::{Calls, Sample, ZooKeeperRoundTrips, percentile};
+use crate::measure::{
+    Calls, PostgresStatements, Sample, ZooKeeperRoundTrips, ZooKeeperWork, percentile,
+};
 
 /// One line of the table and of `compare.json`.
 #[derive(Debug, Clone, Serialize)]
@@ -231,4 +233,49 @@ pub(crate) fn fmt_num(v: Option<f64>, decimals: usize) -> String {
 /// A duration in µs: whole from 100 µs up, else with one decimal.
 pub(crate) fn fmt_us(v: Option<f64>) -> String {
     fmt_num(v, if v.is_some_and(|v| v >= 100.0) { 0 } else { 1 })
+}
+
+impl ZooKeeperWork {
+    /// Puts this work, per operation of `ops`, in `row`: the requests as the commands sent,
+    /// writes and fsyncs in `extra` and the note.
+    pub(crate) fn describe(&self, row: &mut Row, ops: usize) {
+        let per_op = |n: f64| n / ops.max(1) as f64;
+        row.commands_per_op = Some(per_op(self.requests));
+        let figures = [
+            ("zk_writes_per_op", per_op(self.writes)),
+            ("zk_fsyncs_per_op", per_op(self.fsyncs)),
+            ("zk_fsync_ms_per_op", per_op(self.fsync_ms)),
+        ];
+        row.extra.extend(figures);
+        let [writes, fsyncs, fsync_ms] = figures.map(|(_, v)| v);
+        let note =
+            format!("ZooKeeper per op: {writes:.2} writes, {fsyncs:.2} fsyncs ({fsync_ms:.1} ms)");
+        row.note = [note, std::mem::take(&mut row.note)]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+}
+
+impl PostgresStatements {
+    /// Puts these statements, per operation of `ops`, in `row`: in `extra` and the note.
+    pub(crate) fn describe(&self, row: &mut Row, ops: usize) {
+        let per_op = |n: f64| n / ops.max(1) as f64;
+        let figures = [
+            ("pg_parses_per_op", per_op(self.parses)),
+            ("pg_executes_per_op", per_op(self.executes)),
+            ("pg_simple_queries_per_op", per_op(self.simple)),
+        ];
+        row.extra.extend(figures);
+        let [parses, executes, simple] = figures.map(|(_, v)| v);
+        let note = format!(
+            "PostgreSQL per op: {parses:.2} parses, {executes:.2} executes, {simple:.2} simple queries"
+        );
+        row.note = [note, std::mem::take(&mut row.note)]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
 }
