@@ -298,10 +298,6 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
-pub use backend::redis::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_SAFETY_POLL,
-};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use info::{HolderInfo, LockInfo};
@@ -311,12 +307,6 @@ pub use locker::{Locker, LockerBuilder};
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
 pub use semaphore::Semaphore;
-
-/// The Redis client crates this crate is built on, re-exported so your versions match.
-pub use bb8;
-pub use bb8_redis;
-pub use bb8_redis::RedisConnectionManager;
-pub use redis;
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

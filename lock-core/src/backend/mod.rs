@@ -172,13 +172,17 @@
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |
 
 pub(crate) mod fence;
+mod into_store;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub(crate) mod redact;
-pub(crate) mod redis;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(any(feature = "redis", test))]
 pub(crate) mod redlock;
 pub(crate) mod release;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -188,11 +192,13 @@ pub(crate) mod wait;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+pub use into_store::IntoStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "mysql")]
 pub use mysql::{MySqlStore, MySqlStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 #[cfg(feature = "zookeeper")]
