@@ -70,7 +70,9 @@
 //!
 //! # Configuring Redis
 //!
-//! Each store owns its settings: a [`RedisStore`](backend::RedisStore) is configured by
+//! The Redis stores come with the `redis` feature, on by default; without it, lock-core
+//! builds no Redis client. Each store owns its settings: a
+//! [`RedisStore`](backend::RedisStore) is configured by
 //! its builder (where its server is: a url, a bb8 pool, Sentinel's master or a Cluster;
 //! its namespace, timeouts, fence counter expiry, local hand-overs and safety poll), and
 //! plugged into a `Locker` with [`LockerBuilder::store`]. The `Locker`'s builder keeps

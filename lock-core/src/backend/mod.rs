@@ -1,11 +1,13 @@
 //! The store contract: where locks live, behind one trait.
 //!
 //! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis ([`RedisStore`], or
-//! [`RedLockStore`] over independent masters), this process's memory ([`MemoryStore`]),
+//! [`RedLockStore`] over independent masters; with the `redis` feature, on by default),
+//! this process's memory ([`MemoryStore`]),
 //! a ZooKeeper ensemble (`ZooKeeperStore`, with the `zookeeper` feature), a PostgreSQL
 //! database (`PostgresStore`, with the `postgres` feature), a MySQL or MariaDB server
 //! (`MySqlStore`, with the `mysql` feature), or one of your
-//! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+//! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store), as an `Arc`
+//! or as its builder (see [`IntoStore`]).
 //! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
 //! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
 //! [`Locker::connect`](crate::Locker::connect)) are shorthands for it.

@@ -202,7 +202,8 @@ impl LockerBuilder {
     }
 
     /// How long a lock's fence counter is kept (default 7 days, at least 1 s), in Redis
-    /// or in memory: shorthand for `RedisStoreBuilder::fence_ttl` and
+    /// or in memory: shorthand for
+    /// [`RedisStoreBuilder::fence_ttl`](crate::backend::RedisStoreBuilder::fence_ttl) and
     /// [`MemoryStore::with_fence_ttl`].
     pub fn fence_ttl(mut self, d: Duration) -> Self {
         self.shared.fence_ttl = Some(d);
