@@ -45,7 +45,7 @@ use super::store::{Store, StoreFuture};
 /// # Ok(())
 /// # }
 /// ```
-pub trait IntoStore: Send + 'static {
+pub trait IntoStore: Send + Sync + 'static {
     /// The store, built (connecting to its server, for a store that has one).
     fn into_store(self) -> StoreFuture<'static, Arc<dyn Store>>;
 }

@@ -88,7 +88,8 @@ pub(crate) struct Shared {
 
 /// Builds a chosen store at [`LockerBuilder::build`], from the settings its shorthands
 /// filled in.
-pub(crate) type Make = Box<dyn FnOnce(Shared) -> StoreFuture<'static, Arc<dyn Store>> + Send>;
+pub(crate) type Make =
+    Box<dyn FnOnce(Shared) -> StoreFuture<'static, Arc<dyn Store>> + Send + Sync>;
 
 /// A store chosen on a [`LockerBuilder`]: by which method, and how it is built.
 struct Chosen {
@@ -107,8 +108,8 @@ pub(crate) struct ChosenBy {
     /// 0 to 2, it is refused before a setting that applies to another method only
     /// ([`OnlyFor`]) is; from 3, after.
     pub(crate) rank: u8,
-    /// What a combination with another store of a lower or the same rank is refused
-    /// with; `None` for the methods that go together (a Redis url and a pool).
+    /// What a combination with a store of the same or a higher rank is refused with;
+    /// `None` for the methods that go together (a Redis url and a pool).
     pub(crate) refusal: Option<&'static str>,
 }
 
@@ -342,6 +343,12 @@ mod tests {
             let shown = format!("{builder:?}");
             assert_eq!(refused(builder).await, says, "{shown}");
         }
+    }
+
+    #[test]
+    fn a_builder_goes_to_other_threads() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<LockerBuilder>();
     }
 
     #[tokio::test]

@@ -90,8 +90,8 @@ fn deployment(shared: Shared) -> RedisStoreBuilder {
 
 /// RedLock over the masters that the shorthands named, each with the deployment's
 /// settings.
-fn redlock(shared: Shared) -> RedLockStoreBuilder {
-    let masters = shared.redis.masters.clone();
+fn redlock(mut shared: Shared) -> RedLockStoreBuilder {
+    let masters = std::mem::take(&mut shared.redis.masters);
     let drift = shared.redis.drift;
     let redis = deployment(shared);
     let redlock = RedLockStore::builder(masters.iter().map(|url| redis.clone().url(url)));
