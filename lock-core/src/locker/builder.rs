@@ -345,6 +345,22 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_stores_builder_is_built_by_build() {
+        use crate::backend::{RedLockStore, RedisStore};
+
+        let url = "redis://127.0.0.1:1/";
+        let redis = RedisStore::builder().url(url).namespace("a{b}");
+        let braces = refused(Locker::builder().store(redis)).await;
+        assert!(braces.contains("must not contain braces"), "{braces}");
+        let masters = [url, url].map(|url| RedisStore::builder().url(url));
+        let redlock = refused(Locker::builder().store(RedLockStore::builder(masters))).await;
+        assert!(redlock.contains("an odd number of masters"), "{redlock}");
+        let memory = Locker::builder().store(Arc::new(MemoryStore::new()));
+        let locker = memory.build().await.expect("a store built already");
+        assert_eq!(locker.store().name(), "memory");
+    }
+
     #[test]
     fn a_builder_goes_to_other_threads() {
         fn send_and_sync<T: Send + Sync>() {}
