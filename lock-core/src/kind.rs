@@ -103,6 +103,7 @@ impl LockKind {
 
     /// The kind of the hold by one owner (exclusive, fair or write) whose token is
     /// `token`; `None` for a token without a mark, as lock-core 0.1 made them.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     pub(crate) fn of_owner_token(token: &str) -> Option<LockKind> {
         match token.rsplit_once(':')?.1 {
             "x" => Some(Self::Exclusive),

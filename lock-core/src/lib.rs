@@ -70,7 +70,9 @@
 //!
 //! # Configuring Redis
 //!
-//! Each store owns its settings: a [`RedisStore`](backend::RedisStore) is configured by
+//! The Redis stores come with the `redis` feature, on by default; without it, lock-core
+//! builds no Redis client. Each store owns its settings: a
+//! [`RedisStore`](backend::RedisStore) is configured by
 //! its builder (where its server is: a url, a bb8 pool, Sentinel's master or a Cluster;
 //! its namespace, timeouts, fence counter expiry, local hand-overs and safety poll), and
 //! plugged into a `Locker` with [`LockerBuilder::store`]. The `Locker`'s builder keeps
@@ -298,10 +300,6 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
-pub use backend::redis::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_SAFETY_POLL,
-};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use info::{HolderInfo, LockInfo};
@@ -311,12 +309,6 @@ pub use locker::{Locker, LockerBuilder};
 pub use multi::MultiGuard;
 pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, MIN_LEASE};
 pub use semaphore::Semaphore;
-
-/// The Redis client crates this crate is built on, re-exported so your versions match.
-pub use bb8;
-pub use bb8_redis;
-pub use bb8_redis::RedisConnectionManager;
-pub use redis;
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::connect;
 use futures_util::StreamExt;
-use lock_core::redis::AsyncCommands;
+use lock_core::backend::redis::redis::AsyncCommands;
 use lock_core::{LockGuard, LockOptions, Locker};
 use lock_tests::{RedisServer, ValueExt, eventually, lock_key, subscribed_lockers};
 use tokio::task::JoinHandle;
@@ -129,7 +129,7 @@ async fn a_release_hands_the_lock_over_and_wakes_the_next_waiter_alone() {
     .await;
     // A bystander on every release channel of the lock: each hand-over goes to the
     // waiter's Locker alone, and nothing is broadcast on the lock's own channel.
-    let client = lock_core::redis::Client::open(server.url()).unwrap();
+    let client = lock_core::backend::redis::redis::Client::open(server.url()).unwrap();
     let mut bystander = client.get_async_pubsub().await.unwrap();
     bystander
         .psubscribe("lock:{relay}:released*")
@@ -277,7 +277,7 @@ async fn mutual_exclusion_under_contention() {
     const ROUNDS: usize = 16;
     let server = RedisServer::spawn();
     let lockers = [connect(&server).await, connect(&server).await];
-    let client = lock_core::redis::Client::open(server.url()).unwrap();
+    let client = lock_core::backend::redis::redis::Client::open(server.url()).unwrap();
     let mut running = Vec::new();
     for i in 0..TASKS {
         let locker = lockers[i % 2].clone();

@@ -29,9 +29,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lock_core::bb8::{Pool, RunError};
-use lock_core::bb8_redis::RedisConnectionManager;
-use lock_core::redis::{RedisError, Script};
+use lock_core::backend::redis::bb8::{Pool, RunError};
+use lock_core::backend::redis::bb8_redis::RedisConnectionManager;
+use lock_core::backend::redis::redis::{RedisError, Script};
 
 /// The read of [`Store::balance`] on Redis.
 static SHOW_BALANCE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {

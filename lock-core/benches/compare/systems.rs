@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
-use lock_core::redis::aio::MultiplexedConnection;
-use lock_core::redis::{self, Script};
+use lock_core::backend::redis::redis::aio::MultiplexedConnection;
+use lock_core::backend::redis::redis::{self, Script};
 use lock_core::{LockGuard, LockOptions, Locker};
 use mysql_async::prelude::Queryable;
 use zookeeper_client as zk;

@@ -1,11 +1,13 @@
 //! The store contract: where locks live, behind one trait.
 //!
 //! A [`Locker`](crate::Locker) keeps its locks in a [`Store`]: Redis ([`RedisStore`], or
-//! [`RedLockStore`] over independent masters), this process's memory ([`MemoryStore`]),
+//! [`RedLockStore`] over independent masters; with the `redis` feature, on by default),
+//! this process's memory ([`MemoryStore`]),
 //! a ZooKeeper ensemble (`ZooKeeperStore`, with the `zookeeper` feature), a PostgreSQL
 //! database (`PostgresStore`, with the `postgres` feature), a MySQL or MariaDB server
 //! (`MySqlStore`, with the `mysql` feature), or one of your
-//! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+//! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store), as an `Arc`
+//! or as its builder (see [`IntoStore`]).
 //! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
 //! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
 //! [`Locker::connect`](crate::Locker::connect)) are shorthands for it.
@@ -172,13 +174,17 @@
 //! | **forced open**: every holder goes, every waiter is woken | `force_unlock.lua` | `mod.rs`: `force_unlock` |
 
 pub(crate) mod fence;
+mod into_store;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub(crate) mod redact;
-pub(crate) mod redis;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(any(feature = "redis", test))]
 pub(crate) mod redlock;
 pub(crate) mod release;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -188,11 +194,13 @@ pub(crate) mod wait;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+pub use into_store::IntoStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "mysql")]
 pub use mysql::{MySqlStore, MySqlStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
 #[cfg(feature = "zookeeper")]

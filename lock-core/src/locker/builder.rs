@@ -1,36 +1,31 @@
 //! Configuring a `Locker`: its store and its defaults.
+//!
+//! The builder knows no store but memory: a store's shorthands (`url(..)`,
+//! `zookeeper(..)`, ...) live in its own folder, and fill the one store slot with
+//! [`LockerBuilder::choose`].
 
 use std::fmt;
-use std::mem;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bb8_redis::RedisConnectionManager;
-
 use super::Locker;
-#[cfg(feature = "mysql")]
-use crate::backend::MySqlStore;
-#[cfg(feature = "postgres")]
-use crate::backend::PostgresStore;
-#[cfg(feature = "zookeeper")]
-use crate::backend::ZooKeeperStore;
-use crate::backend::redact::redact;
-use crate::backend::{MemoryStore, RedLockStore, RedisStoreBuilder, Store};
+use crate::backend::{IntoStore, MemoryStore, Store, StoreFuture};
 use crate::options::{self, DEFAULT_LEASE, DEFAULT_WAIT, Defaults, MIN_LEASE};
 use crate::{LockError, key};
 
 /// Configures a [`Locker`]: its store, and the defaults every store shares
 /// ([`default_lease`](Self::default_lease), [`default_wait`](Self::default_wait),
-/// [`max_key_len`](Self::max_key_len)). A store is the one thing needed: a
-/// [`store`](Self::store) of your own or one built by its own builder (such as a
-/// [`RedisStore`](crate::backend::RedisStore)), or one of the shorthands that build it
-/// here: a Redis [`url`](Self::url), a bb8 [`pool`](Self::pool), the master of Redis
-/// [Sentinels](Self::sentinel), a Redis [Cluster](Self::cluster), RedLock over independent
-/// [masters](Self::redlock), or [`in_memory`](Self::in_memory).
+/// [`max_key_len`](Self::max_key_len)). A store is the one thing needed: given to
+/// [`store`](Self::store), built already or as its builder (such as a
+/// [`RedisStore`](crate::backend::RedisStore)'s), or by one of the shorthands that fill
+/// in a store's builder: a Redis [`url`](Self::url), a bb8 [`pool`](Self::pool), the
+/// master of Redis [Sentinels](Self::sentinel), a Redis [Cluster](Self::cluster),
+/// RedLock over independent [masters](Self::redlock), or [`in_memory`](Self::in_memory).
 ///
 /// The Redis methods are shorthands for those of
-/// [`RedisStoreBuilder`] (and of [`RedLockStoreBuilder`](crate::backend::RedLockStoreBuilder)):
-/// these two give the same `Locker`.
+/// [`RedisStoreBuilder`](crate::backend::RedisStoreBuilder) (and of
+/// [`RedLockStoreBuilder`](crate::backend::RedLockStoreBuilder)): these three give the
+/// same `Locker`.
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -50,95 +45,105 @@ use crate::{LockError, key};
 ///
 /// let store = RedisStore::builder()
 ///     .url("redis://127.0.0.1:6379/")
-///     .namespace("billing:lock:")
+///     .namespace("billing:lock:");
+/// let same = Locker::builder()
+///     .store(store.clone())
+///     .default_lease(Duration::from_secs(10))
+///     .default_wait(Duration::from_secs(2))
 ///     .build()
 ///     .await?;
-/// let same = Locker::builder()
+///
+/// let store = store.build().await?;
+/// let built = Locker::builder()
 ///     .store(Arc::new(store))
 ///     .default_lease(Duration::from_secs(10))
 ///     .default_wait(Duration::from_secs(2))
 ///     .build()
 ///     .await?;
-/// # let _ = (locker, same);
+/// # let _ = (locker, same, built);
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Default)]
 pub struct LockerBuilder {
     /// The stores chosen, each by the method that chose it, once: more than one is
-    /// refused, but for a url with a pool.
-    chosen: Vec<Choice>,
-    /// What the Redis shorthands set: one deployment, or each RedLock master's settings.
-    redis: RedisStoreBuilder,
-    redlock_drift: Option<(f64, Duration)>,
-    /// For Redis and for memory.
-    fence_ttl: Option<Duration>,
+    /// refused, but for those that go together (a Redis url with a pool).
+    chosen: Vec<Chosen>,
+    /// The settings that the shorthands of a store fill in, whichever order they come in.
+    pub(crate) shared: Shared,
     default_lease: Option<Duration>,
     default_wait: Option<Duration>,
     max_key_len: Option<usize>,
 }
 
-/// A store chosen on a [`LockerBuilder`], by the method that chose it. A Redis
-/// deployment's url, pool, sentinels or cluster seeds go to the builder's Redis settings.
-enum Choice {
-    Url,
-    Pool,
-    Sentinel,
-    Cluster,
-    RedLock(Vec<String>),
-    InMemory,
-    Store(Arc<dyn Store>),
-    #[cfg(feature = "zookeeper")]
-    ZooKeeper(String),
-    #[cfg(feature = "postgres")]
-    Postgres(String),
-    #[cfg(feature = "mysql")]
-    MySql(String),
+/// What the shorthands of a store set on a [`LockerBuilder`] for its store's builder,
+/// whichever order they come in, before or after the method that chose the store.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// For Redis and for memory.
+    pub(crate) fence_ttl: Option<Duration>,
+    #[cfg(feature = "redis")]
+    pub(crate) redis: crate::backend::redis::Shorthands,
 }
 
-impl Choice {
-    /// Which combination with another is refused first: the order in which the builder
-    /// has always checked them.
-    fn precedence(&self) -> u8 {
-        match self {
-            Self::RedLock(_) => 0,
-            #[cfg(feature = "zookeeper")]
-            Self::ZooKeeper(_) => 0,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => 0,
-            #[cfg(feature = "mysql")]
-            Self::MySql(_) => 0,
-            Self::Cluster => 1,
-            Self::Sentinel => 2,
-            Self::Store(_) => 3,
-            Self::InMemory => 4,
-            Self::Url | Self::Pool => 5,
-        }
-    }
+/// Builds a chosen store at [`LockerBuilder::build`], from the settings its shorthands
+/// filled in.
+pub(crate) type Make =
+    Box<dyn FnOnce(Shared) -> StoreFuture<'static, Arc<dyn Store>> + Send + Sync>;
+
+/// A store chosen on a [`LockerBuilder`]: by which method, and how it is built.
+struct Chosen {
+    by: ChosenBy,
+    make: Make,
 }
 
-impl fmt::Debug for Choice {
+/// The method of a [`LockerBuilder`] that chose a store, and what the builder says when
+/// another store is chosen too.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChosenBy {
+    /// The method, as messages name it, such as `"url(..)"`. Calling it again replaces
+    /// its choice.
+    pub(crate) method: &'static str,
+    /// Which combination with another store is refused first: the lowest rank's. From
+    /// 0 to 2, it is refused before a setting that applies to another method only
+    /// ([`OnlyFor`]) is; from 3, after.
+    pub(crate) rank: u8,
+    /// What a combination with a store of the same or a higher rank is refused with;
+    /// `None` for the methods that go together (a Redis url and a pool).
+    pub(crate) refusal: Option<&'static str>,
+}
+
+/// A setting of a [`LockerBuilder`] that applies to the store of one method only, such as
+/// a RedLock drift to `redlock(..)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OnlyFor {
+    /// The method.
+    pub(crate) method: &'static str,
+    /// What the setting is refused with for a store chosen by another method.
+    pub(crate) refusal: &'static str,
+}
+
+/// The rank from which a store's refusal comes after that of a misplaced [`OnlyFor`]
+/// setting.
+const AFTER_ONLY_FOR: u8 = 3;
+
+const STORE: ChosenBy = ChosenBy {
+    method: "store(..)",
+    rank: 3,
+    refusal: Some("store(..) cannot be combined with in_memory(), url(..) or pool(..)"),
+};
+
+const IN_MEMORY: ChosenBy = ChosenBy {
+    method: "in_memory()",
+    rank: 4,
+    refusal: Some("in_memory() cannot be combined with url(..) or pool(..)"),
+};
+
+const NO_STORE: &str = "no store: call url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..) on the builder";
+
+impl fmt::Debug for Chosen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Url => f.write_str("Url"),
-            Self::Pool => f.write_str("Pool"),
-            Self::Sentinel => f.write_str("Sentinel"),
-            Self::Cluster => f.write_str("Cluster"),
-            Self::RedLock(urls) => {
-                let urls: Vec<_> = urls.iter().map(|u| redact(u)).collect();
-                f.debug_tuple("RedLock").field(&urls).finish()
-            }
-            Self::InMemory => f.write_str("InMemory"),
-            Self::Store(store) => f.debug_tuple("Store").field(&store.name()).finish(),
-            #[cfg(feature = "zookeeper")]
-            Self::ZooKeeper(connect_string) => {
-                f.debug_tuple("ZooKeeper").field(connect_string).finish()
-            }
-            #[cfg(feature = "postgres")]
-            Self::Postgres(url) => f.debug_tuple("Postgres").field(&redact(url)).finish(),
-            #[cfg(feature = "mysql")]
-            Self::MySql(url) => f.debug_tuple("MySql").field(&redact(url)).finish(),
-        }
+        f.write_str(self.by.method)
     }
 }
 
@@ -147,9 +152,7 @@ impl fmt::Debug for LockerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockerBuilder")
             .field("chosen", &self.chosen)
-            .field("redis", &self.redis)
-            .field("redlock_drift", &self.redlock_drift)
-            .field("fence_ttl", &self.fence_ttl)
+            .field("shared", &self.shared)
             .field("default_lease", &self.default_lease)
             .field("default_wait", &self.default_wait)
             .field("max_key_len", &self.max_key_len)
@@ -158,107 +161,27 @@ impl fmt::Debug for LockerBuilder {
 }
 
 impl LockerBuilder {
-    /// Shorthand for [`RedisStoreBuilder::url`]: the Redis server to use. With a
-    /// [`pool`](Self::pool) too, commands go through the pool and the url serves the
-    /// pub/sub connection that wakes waiters.
-    pub fn url(self, url: &str) -> Self {
-        self.redis(|redis| redis.url(url)).choose(Choice::Url)
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::pool`]: a bb8 pool of Redis connections to use.
-    /// Without a [`url`](Self::url) as well, waiters poll instead of being woken at once.
-    pub fn pool(self, pool: bb8::Pool<RedisConnectionManager>) -> Self {
-        self.redis(|redis| redis.pool(pool)).choose(Choice::Pool)
-    }
-
-    /// Hold every lock on a quorum of these independent Redis masters (RedLock; an odd
-    /// number of them, at least 3): see [`Locker::redlock`]. Shorthand for
-    /// [`RedLockStore::builder`] over one [`RedisStoreBuilder`] per url, each with this
-    /// builder's Redis settings.
-    pub fn redlock<I, S>(self, master_urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let urls = master_urls.into_iter().map(|u| u.as_ref().to_owned());
-        self.choose(Choice::RedLock(urls.collect()))
-    }
-
-    /// Shorthand for [`RedLockStoreBuilder::drift`](crate::backend::RedLockStoreBuilder::drift):
-    /// how far the clocks of this process and the RedLock masters may drift apart during
-    /// a lease (default 1% of the lease plus 2 ms). Only for [`redlock`](Self::redlock).
-    pub fn redlock_drift(mut self, per_lease: f64, fixed: Duration) -> Self {
-        self.redlock_drift = Some((per_lease, fixed));
-        self
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::cluster`]: keep the locks in the Redis Cluster
-    /// that these seed nodes belong to (see [`Locker::cluster`]).
-    pub fn cluster<I, S>(self, seed_urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.redis(|redis| redis.cluster(seed_urls))
-            .choose(Choice::Cluster)
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::sentinel`]: keep the locks on the master that
-    /// these Redis Sentinels name `master_name`, following it through failovers (see
-    /// [`Locker::sentinel`]).
-    pub fn sentinel<I, S>(self, sentinel_urls: I, master_name: &str) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.redis(|redis| redis.sentinel(sentinel_urls, master_name))
-            .choose(Choice::Sentinel)
-    }
-
     /// Keep the locks in this process's memory (see [`Locker::in_memory`]).
     pub fn in_memory(self) -> Self {
-        self.choose(Choice::InMemory)
+        self.choose(
+            IN_MEMORY,
+            Box::new(|shared: Shared| {
+                Box::pin(async move {
+                    let fence_ttl = options::fence_ttl(shared.fence_ttl)?;
+                    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_fence_ttl(fence_ttl));
+                    Ok(store)
+                })
+            }),
+        )
     }
 
-    /// Keep the locks on the ZooKeeper ensemble of `connect_string` (see
-    /// [`Locker::zookeeper`]). Shorthand for
-    /// [`ZooKeeperStore::builder`](crate::backend::ZooKeeperStore::builder) with its default
-    /// settings; build the store yourself for others.
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper(self, connect_string: &str) -> Self {
-        self.choose(Choice::ZooKeeper(connect_string.to_owned()))
-    }
-
-    /// Keep the locks as advisory locks in the PostgreSQL database of `url` (see
-    /// [`Locker::postgres`]). Shorthand for
-    /// [`PostgresStore::builder`](crate::backend::PostgresStore::builder) with its default
-    /// settings; build the store yourself for others.
-    #[cfg(feature = "postgres")]
-    pub fn postgres(self, url: &str) -> Self {
-        self.choose(Choice::Postgres(url.to_owned()))
-    }
-
-    /// Keep the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
-    /// (see [`Locker::mysql`]). Shorthand for
-    /// [`MySqlStore::builder`](crate::backend::MySqlStore::builder) with its default
-    /// settings; build the store yourself for others.
-    #[cfg(feature = "mysql")]
-    pub fn mysql(self, url: &str) -> Self {
-        self.choose(Choice::MySql(url.to_owned()))
-    }
-
-    /// Keep the locks in `store`: one built by its own builder (a
-    /// [`RedisStore`](crate::backend::RedisStore), a [`RedLockStore`]), a [`MemoryStore`]
-    /// shared with other `Locker`s, or one of your own (see [`crate::backend`]).
-    pub fn store(self, store: Arc<dyn Store>) -> Self {
-        self.choose(Choice::Store(store))
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::namespace`]: the prefix of every Redis key
-    /// (default `"lock:"`): lock `K` is the key `P{K}`. Braces and control characters are
-    /// refused.
-    pub fn namespace(self, prefix: &str) -> Self {
-        self.redis(|redis| redis.namespace(prefix))
+    /// Keep the locks in `store`: a store built already, in an `Arc` (a
+    /// [`RedisStore`](crate::backend::RedisStore), a [`MemoryStore`] shared with other
+    /// `Locker`s, one of your own: see [`crate::backend`]), or a store's builder (such as
+    /// a [`RedisStoreBuilder`](crate::backend::RedisStoreBuilder)), which
+    /// [`build`](Self::build) builds. See [`IntoStore`].
+    pub fn store(self, store: impl IntoStore) -> Self {
+        self.store_by(STORE, store)
     }
 
     /// The lease when a call does not set one (default 30 s).
@@ -280,52 +203,15 @@ impl LockerBuilder {
     }
 
     /// How long a lock's fence counter is kept (default 7 days, at least 1 s), in Redis
-    /// or in memory: shorthand for [`RedisStoreBuilder::fence_ttl`] and
+    /// or in memory: shorthand for
+    /// [`RedisStoreBuilder::fence_ttl`](crate::backend::RedisStoreBuilder::fence_ttl) and
     /// [`MemoryStore::with_fence_ttl`].
     pub fn fence_ttl(mut self, d: Duration) -> Self {
-        self.fence_ttl = Some(d);
+        self.shared.fence_ttl = Some(d);
         self
     }
 
-    /// Shorthand for [`RedisStoreBuilder::connect_timeout`]: how long connecting to Redis
-    /// may take (default 5 s).
-    pub fn connect_timeout(self, d: Duration) -> Self {
-        self.redis(|redis| redis.connect_timeout(d))
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::response_timeout`]: how long a command may wait
-    /// for Redis's answer before its call fails with [`LockError::Backend`] (default
-    /// 500 ms). An acquisition that timed out may still have taken its lock: a release
-    /// follows it in the background, and should that fail too, the lock runs out with
-    /// its lease.
-    pub fn response_timeout(self, d: Duration) -> Self {
-        self.redis(|redis| redis.response_timeout(d))
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::local_handovers`]: how many releases of an
-    /// exclusive lock in a row may hand it straight to a task of this `Locker` that waits
-    /// for it (default 8; 0 turns local hand-overs off). The in-memory store has no use
-    /// for it.
-    pub fn local_handovers(self, n: u32) -> Self {
-        self.redis(|redis| redis.local_handovers(n))
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::tls_root_certificate`]: trusts the certificate
-    /// authority `pem` (a PEM certificate) for `rediss://` urls, instead of the system's
-    /// authorities. Applies to [`url`](Self::url) and [`redlock`](Self::redlock).
-    #[cfg(feature = "tls")]
-    pub fn tls_root_certificate(self, pem: impl Into<Vec<u8>>) -> Self {
-        self.redis(|redis| redis.tls_root_certificate(pem))
-    }
-
-    /// Shorthand for [`RedisStoreBuilder::safety_poll`]: how long a waiter that Redis
-    /// wakes over pub/sub waits for a wake-up before it tries again anyway (default 1 s;
-    /// from 10 ms to 4 s).
-    pub fn safety_poll(self, d: Duration) -> Self {
-        self.redis(|redis| redis.safety_poll(d))
-    }
-
-    /// Checks the settings and builds the store (connecting, for Redis).
+    /// Checks the settings and builds the store (connecting, for a store on a server).
     pub async fn build(self) -> Result<Locker, LockError> {
         let defaults = Defaults {
             lease: self.default_lease.unwrap_or(DEFAULT_LEASE),
@@ -343,102 +229,64 @@ impl LockerBuilder {
                 "max key length must be at least 1".into(),
             ));
         }
-        let redis = match self.fence_ttl {
-            Some(d) => self.redis.fence_ttl(d),
-            None => self.redis,
-        };
-        let store: Arc<dyn Store> = match sole(self.chosen, self.redlock_drift)? {
-            Choice::RedLock(urls) => {
-                let masters = urls.iter().map(|url| redis.clone().url(url));
-                let mut redlock = RedLockStore::builder(masters);
-                if let Some((per_lease, fixed)) = self.redlock_drift {
-                    redlock = redlock.drift(per_lease, fixed);
-                }
-                Arc::new(redlock.build().await?)
-            }
-            Choice::Url | Choice::Pool | Choice::Sentinel | Choice::Cluster => {
-                Arc::new(redis.build().await?)
-            }
-            Choice::InMemory => {
-                let fence_ttl = options::fence_ttl(self.fence_ttl)?;
-                Arc::new(MemoryStore::with_fence_ttl(fence_ttl))
-            }
-            Choice::Store(store) => store,
-            #[cfg(feature = "zookeeper")]
-            Choice::ZooKeeper(connect_string) => {
-                Arc::new(ZooKeeperStore::builder(&connect_string).build().await?)
-            }
-            #[cfg(feature = "postgres")]
-            Choice::Postgres(url) => Arc::new(PostgresStore::builder(&url).build().await?),
-            #[cfg(feature = "mysql")]
-            Choice::MySql(url) => Arc::new(MySqlStore::builder(&url).build().await?),
-        };
+        let only_for = self.shared.only_for();
+        let chosen = sole(self.chosen, only_for)?;
+        let store = (chosen.make)(self.shared).await?;
         Ok(Locker::on(store, defaults, max_key_len))
     }
 
-    /// This builder with its Redis settings changed by `set`.
-    fn redis(mut self, set: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder) -> Self {
-        self.redis = set(self.redis);
-        self
+    /// This builder with `store` chosen by the shorthand `by`.
+    pub(crate) fn store_by(self, by: ChosenBy, store: impl IntoStore) -> Self {
+        self.choose(by, Box::new(move |_| store.into_store()))
     }
 
-    /// This builder with `choice` chosen, in place of an earlier choice of the same
-    /// method.
-    fn choose(mut self, choice: Choice) -> Self {
-        let method = mem::discriminant(&choice);
-        self.chosen.retain(|c| mem::discriminant(c) != method);
-        self.chosen.push(choice);
+    /// This builder with the store that `make` builds chosen by `by`, in place of an
+    /// earlier choice of the same method.
+    pub(crate) fn choose(mut self, by: ChosenBy, make: Make) -> Self {
+        self.chosen.retain(|c| c.by.method != by.method);
+        self.chosen.push(Chosen { by, make });
         self
     }
 }
 
-/// The one store of `chosen`, or the error a combination that cannot be made has always
-/// given (a url and a pool go together); a `redlock_drift` is only for RedLock.
-fn sole(
-    mut chosen: Vec<Choice>,
-    redlock_drift: Option<(f64, Duration)>,
-) -> Result<Choice, LockError> {
-    chosen.sort_by_key(Choice::precedence);
+impl Shared {
+    /// The setting that applies to one method's store only, if one is set.
+    fn only_for(&self) -> Option<OnlyFor> {
+        #[cfg(feature = "redis")]
+        if let Some(only_for) = self.redis.only_for() {
+            return Some(only_for);
+        }
+        None
+    }
+}
+
+/// The one store of `chosen`, or the error a combination that cannot be made gives (a
+/// url and a pool go together); an `only_for` setting is refused for another method's
+/// store.
+fn sole(mut chosen: Vec<Chosen>, only_for: Option<OnlyFor>) -> Result<Chosen, LockError> {
+    chosen.sort_by_key(|c| c.by.rank);
     let combined = chosen.len() > 1;
     let refuse = |message: &str| Err(LockError::Config(message.into()));
-    match chosen.into_iter().next() {
-        Some(Choice::RedLock(_)) if combined => refuse(
-            "redlock(..) cannot be combined with url(..), pool(..), sentinel(..), in_memory() or store(..)",
-        ),
-        Some(Choice::Cluster) if combined => refuse(
-            "cluster(..) cannot be combined with url(..), pool(..), sentinel(..), redlock(..), in_memory() or store(..)",
-        ),
-        Some(Choice::Sentinel) if combined => refuse(
-            "sentinel(..) cannot be combined with url(..), pool(..), redlock(..), in_memory() or store(..)",
-        ),
-        #[cfg(feature = "zookeeper")]
-        Some(Choice::ZooKeeper(_)) if combined => refuse(
-            "zookeeper(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..)",
-        ),
-        #[cfg(feature = "postgres")]
-        Some(Choice::Postgres(_)) if combined => refuse(
-            "postgres(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), in_memory() or store(..)",
-        ),
-        #[cfg(feature = "mysql")]
-        Some(Choice::MySql(_)) if combined => refuse(
-            "mysql(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), postgres(..), in_memory() or store(..)",
-        ),
-        Some(choice @ Choice::RedLock(_)) => Ok(choice),
-        _ if redlock_drift.is_some() => refuse("redlock_drift(..) applies only to redlock(..)"),
-        Some(Choice::Store(_)) if combined => {
-            refuse("store(..) cannot be combined with in_memory(), url(..) or pool(..)")
-        }
-        Some(Choice::InMemory) if combined => {
-            refuse("in_memory() cannot be combined with url(..) or pool(..)")
-        }
-        Some(choice) => Ok(choice),
-        None => refuse(
-            "no store: call url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..) on the builder",
-        ),
+    let Some(first) = chosen.into_iter().next() else {
+        return refuse(NO_STORE);
+    };
+    if let (true, Some(refusal)) = (combined, first.by.refusal)
+        && first.by.rank < AFTER_ONLY_FOR
+    {
+        return refuse(refusal);
     }
+    if let Some(only_for) = only_for
+        && only_for.method != first.by.method
+    {
+        return refuse(only_for.refusal);
+    }
+    if let (true, Some(refusal)) = (combined, first.by.refusal) {
+        return refuse(refusal);
+    }
+    Ok(first)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 
@@ -495,6 +343,28 @@ mod tests {
             let shown = format!("{builder:?}");
             assert_eq!(refused(builder).await, says, "{shown}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_stores_builder_is_built_by_build() {
+        use crate::backend::{RedLockStore, RedisStore};
+
+        let url = "redis://127.0.0.1:1/";
+        let redis = RedisStore::builder().url(url).namespace("a{b}");
+        let braces = refused(Locker::builder().store(redis)).await;
+        assert!(braces.contains("must not contain braces"), "{braces}");
+        let masters = [url, url].map(|url| RedisStore::builder().url(url));
+        let redlock = refused(Locker::builder().store(RedLockStore::builder(masters))).await;
+        assert!(redlock.contains("an odd number of masters"), "{redlock}");
+        let memory = Locker::builder().store(Arc::new(MemoryStore::new()));
+        let locker = memory.build().await.expect("a store built already");
+        assert_eq!(locker.store().name(), "memory");
+    }
+
+    #[test]
+    fn a_builder_goes_to_other_threads() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<LockerBuilder>();
     }
 
     #[tokio::test]

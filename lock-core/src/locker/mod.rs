@@ -18,7 +18,7 @@ use crate::{
     LockError, LockGuard, LockInfo, LockKey, LockKind, LockOptions, Semaphore, key, telemetry,
 };
 
-mod builder;
+pub(crate) mod builder;
 pub(crate) mod inner;
 
 pub use builder::LockerBuilder;
@@ -87,179 +87,6 @@ impl fmt::Debug for Locker {
 }
 
 impl Locker {
-    /// Connects to the Redis at `url` (`redis://[user:password@]host[:port][/db]`) with the
-    /// default settings. Fails within the connect timeout when the server cannot be
-    /// reached, naming the address (never the password) and the cause. Shorthand for a
-    /// [`RedisStore`](crate::backend::RedisStore) from its builder's
-    /// [`url`](crate::backend::RedisStoreBuilder::url), plugged in with
-    /// [`LockerBuilder::store`].
-    pub async fn connect(url: &str) -> Result<Locker, LockError> {
-        Self::builder().url(url).build().await
-    }
-
-    /// Keeps the locks in the Redis Cluster that the nodes at `seed_urls` belong to, with
-    /// the default settings (see [`LockerBuilder::cluster`]). Every key of a lock shares
-    /// the lock's hash tag (`lock:{K}`, `lock:{K}:fence`, ...), so each lock lives in one
-    /// slot and its scripts never cross slots; locks taken together with
-    /// [`lock_all`](Self::lock_all) are taken one by one in key order, so they may live
-    /// on different nodes. redis-rs's cluster connection sends each command to the node
-    /// of its lock, follows `MOVED` and `ASK`, and finds the new master of a slot whose
-    /// master failed. Wake-ups travel by sharded pub/sub (`SPUBLISH`, `SSUBSCRIBE`): a
-    /// release publishes on its lock's own node, where the waiters' `Locker`s subscribe,
-    /// and is not broadcast to every node. Needs Redis 7 or later.
-    ///
-    /// What a cluster does not give: its replication is asynchronous, so a failover of a
-    /// master can lose a lock just taken there, as on [Sentinel](Self::sentinel).
-    ///
-    /// Shorthand for a [`RedisStore`](crate::backend::RedisStore) from its builder's
-    /// [`cluster`](crate::backend::RedisStoreBuilder::cluster), plugged in with
-    /// [`LockerBuilder::store`].
-    pub async fn cluster<I, S>(seed_urls: I) -> Result<Locker, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder().cluster(seed_urls).build().await
-    }
-
-    /// Keeps the locks on the master that the Redis Sentinels at `sentinel_urls` name
-    /// `master_name`, with the default settings (see [`LockerBuilder::sentinel`]). Each
-    /// connection asks the sentinels for the master and checks that the server they name
-    /// is one (`ROLE`); after a failover, the first command the old master refuses
-    /// (`READONLY`) or that finds it gone makes the connection find the new one, so the
-    /// next acquisition works there without restarting the process. The credentials and
-    /// database of the first url are used for the master too.
-    ///
-    /// Fencing tokens carry the failover epoch (Sentinel's config epoch when the
-    /// connection found its master) above the master's counter, so every token drawn
-    /// after a failover is larger than every token drawn before it, even one whose write
-    /// the failover lost (up to 4,095 failovers of the sentinels' masters).
-    ///
-    /// What Sentinel does not give: Redis replicates asynchronously, so a failover can
-    /// lose a lock that was just taken, and let a second holder in while the first still
-    /// believes it holds it (its renewals then fail, and [`LockGuard::lost`] fires).
-    /// Check the fencing token where the data lives.
-    ///
-    /// Shorthand for a [`RedisStore`](crate::backend::RedisStore) from its builder's
-    /// [`sentinel`](crate::backend::RedisStoreBuilder::sentinel), plugged in with
-    /// [`LockerBuilder::store`].
-    pub async fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Locker, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder()
-            .sentinel(sentinel_urls, master_name)
-            .build()
-            .await
-    }
-
-    /// Holds every lock on a quorum of independent Redis masters (RedLock), given as an
-    /// odd number of urls, at least 3, with the default settings (see
-    /// [`LockerBuilder::redlock`] for the others). Fails unless a majority of them answer
-    /// within the connect timeout; the others are used once they answer.
-    ///
-    /// A lock is taken when a majority of the masters grant it (for a semaphore of `p`
-    /// permits, `⌊p·n/(p+1)⌋ + 1` of `n`, so that no more than `p` hold it), each asked at
-    /// once and given a twentieth of the lease to answer (the call goes on as soon as a
-    /// quorum granted it, without waiting for the others; a master that grants it later
-    /// keeps it, renewed and released with the rest); it is valid until the
-    /// majority's leases run out, less an allowance for clock drift (1% of the lease plus
-    /// 2 ms). A call that cannot reach the quorum fails with [`LockError::Quorum`].
-    /// Renewals and [`LockGuard::extend`] need the quorum too; a lease that loses it is
-    /// lost. Fair locks are not offered: independent masters could disagree on the order.
-    ///
-    /// The fencing token is the largest of the granting masters' counters (times the
-    /// number of masters, plus the index of the one that drew it, so that readers and
-    /// permits sharing a lock never get the same one), and the granting masters raise
-    /// their counters to it, so that every later quorum draws a larger one: strictly
-    /// increasing as long as no master loses its data (a master restarted without
-    /// persistence can repeat tokens, and can let two holders in at once, as Martin
-    /// Kleppmann's analysis of RedLock points out). Check the token where the data lives.
-    ///
-    /// Shorthand for a [`RedLockStore`](crate::backend::RedLockStore) from its
-    /// [builder](crate::backend::RedLockStoreBuilder), plugged in with
-    /// [`LockerBuilder::store`].
-    pub async fn redlock<I, S>(master_urls: I) -> Result<Locker, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder().redlock(master_urls).build().await
-    }
-
-    /// Keeps the locks on the ZooKeeper ensemble of `connect_string` (`host:port` pairs,
-    /// comma-separated, with an optional chroot suffix such as `/app`), in Apache
-    /// Curator's layout, so that a Java service's `InterProcessMutex` on `/locks/K`
-    /// shares the lock `K`. Holds last as long as the session (10 s past a lost
-    /// connection); fencing tokens are the nodes' creation zxids. See
-    /// [`crate::backend::zookeeper`].
-    ///
-    /// Shorthand for a [`ZooKeeperStore`](crate::backend::ZooKeeperStore) with its default
-    /// settings, plugged in with [`LockerBuilder::store`].
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let locker = lock_core::Locker::zookeeper("127.0.0.1:2181,127.0.0.1:2182/app").await?;
-    /// let guard = locker.lock("report:7").await?;
-    /// guard.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg(feature = "zookeeper")]
-    pub async fn zookeeper(connect_string: &str) -> Result<Locker, LockError> {
-        Self::builder().zookeeper(connect_string).build().await
-    }
-
-    /// Keeps the locks as advisory locks in the PostgreSQL database of `url` (such as
-    /// `"postgres://user:pass@host:5432/db"`), keyed as madelson's DistributedLock keys
-    /// them, so that a .NET service's `PostgresDistributedLock` on the name `K` shares the
-    /// lock `K`. Holds last as long as their session, which the server ends once it is
-    /// idle for a lease (30 s); fencing tokens come from a counter table. See
-    /// [`crate::backend::postgres`].
-    ///
-    /// Shorthand for a [`PostgresStore`](crate::backend::PostgresStore) with its default
-    /// settings, plugged in with [`LockerBuilder::store`].
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let locker = lock_core::Locker::postgres("postgres://app:secret@10.0.0.5:5432/app").await?;
-    /// let guard = locker.lock("report:7").await?;
-    /// guard.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg(feature = "postgres")]
-    pub async fn postgres(url: &str) -> Result<Locker, LockError> {
-        Self::builder().postgres(url).build().await
-    }
-
-    /// Keeps the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
-    /// (such as `"mysql://user:pass@host:3306/db"`), named as madelson's DistributedLock
-    /// names them, so that a .NET service's `MySqlDistributedLock` on the name `K` shares
-    /// the lock `K`. Holds last as long as their session, which the server ends once it is
-    /// idle for a lease (30 s); fencing tokens come from a counter table. See
-    /// [`crate::backend::mysql`].
-    ///
-    /// Shorthand for a [`MySqlStore`](crate::backend::MySqlStore) with its default
-    /// settings, plugged in with [`LockerBuilder::store`].
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let locker = lock_core::Locker::mysql("mysql://app:secret@10.0.0.5:3306/app").await?;
-    /// let guard = locker.lock("report:7").await?;
-    /// guard.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg(feature = "mysql")]
-    pub async fn mysql(url: &str) -> Result<Locker, LockError> {
-        Self::builder().mysql(url).build().await
-    }
-
     /// Starts configuring a `Locker`.
     pub fn builder() -> LockerBuilder {
         LockerBuilder::default()
@@ -616,33 +443,10 @@ impl Locker {
     /// # }
     /// ```
     ///
-    /// What each store reports:
+    /// What each store reports is told on its own `inspect`: [`MemoryStore`]'s,
+    /// [`RedisStore`](crate::backend::RedisStore)'s (one server, Sentinel, Cluster) and
+    /// [`RedLockStore`](crate::backend::RedLockStore)'s; and:
     ///
-    /// - **In memory**: everything. The kind as taken, each holder's lease left and
-    ///   fencing token, and the tasks waiting for the lock (of every `Locker` sharing the
-    ///   store) as `waiting`.
-    /// - **Redis** (one server, Sentinel, Cluster; one read-only script on the lock's
-    ///   keys, which share its hash tag): the readers of a read hold and the permits in
-    ///   use of a semaphore, each with its lease left (server clock), and the semaphore's
-    ///   stored count as its `permits`; but no fencing token for them, which Redis does not
-    ///   keep per holder. A hold by one owner shows as the kind its token's mark names
-    ///   (every owner token is a random UUID and a mark, `:x`, `:f` or `:w`; `None` for
-    ///   a token of lock-core 0.1, without one), with its lease left and,
-    ///   as its fencing token, the lock's fence counter, which is the owner's own: nothing
-    ///   draws a token from it while an owner holds the lock but the script that made it
-    ///   the owner (`None` should the counter have run out). On Sentinel that token is
-    ///   shown only while the master has had no failover (its epoch is 0): after one, a
-    ///   holder's token carries the epoch its own connection saw, which Redis does not
-    ///   record. `waiting` counts the `Locker`s
-    ///   registered to be woken: not their tasks, not a `Locker` that polls without
-    ///   wake-ups, and not one just woken until its waiter asks again.
-    /// - **RedLock**: every master is asked, and a majority must answer
-    ///   ([`LockError::Quorum`] otherwise). A holder is shown when as many masters as its
-    ///   kind's quorum show it (those its guard needs), with the lease left that this many
-    ///   of them still give it (without the guard's drift allowance); no fencing token
-    ///   (the guard's is reckoned from the granting masters' counters, which no master
-    ///   records); `waiting` is the most `Locker`s that a majority of the masters count.
-    ///   The kind as on Redis.
     /// - **ZooKeeper** (feature `zookeeper`; the lock's children, then each holder's
     ///   node): each holder's node, with its creation zxid as its fencing token and no
     ///   lease (the hold lasts as long as its session). The kind as its node's name says

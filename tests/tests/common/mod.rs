@@ -1,7 +1,8 @@
 //! What several Redis suites need.
 #![allow(dead_code, reason = "each suite that includes this uses some of it")]
 
-use lock_core::{Locker, RedisConnectionManager, bb8};
+use lock_core::Locker;
+use lock_core::backend::redis::{RedisConnectionManager, bb8};
 use lock_tests::RedisServer;
 
 /// A `Locker` on the test server, with every setting at its default.

@@ -17,7 +17,7 @@ use std::error::Error as _;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::bb8::{self, ManageConnection, Pool};
+use lock_core::backend::redis::bb8::{self, ManageConnection, Pool};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
 

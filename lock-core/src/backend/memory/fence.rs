@@ -50,6 +50,7 @@ impl Fence {
 
     /// Raises the counter to at least `to`, so that the next token drawn is greater; a
     /// counter that ran out by `now` is kept `ttl` from now, as a new one.
+    #[cfg(any(feature = "redis", test))]
     pub(super) fn raise(&mut self, now: Instant, to: u64, ttl: Duration) {
         if self.expired(now) {
             self.expires_at = now + ttl;

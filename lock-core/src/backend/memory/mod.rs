@@ -12,6 +12,7 @@
 
 mod admission;
 mod fence;
+#[cfg(any(feature = "redis", test))]
 mod master;
 mod session;
 mod state;
@@ -352,8 +353,9 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(self.force_unlock(key.as_str()))))
     }
 
-    /// Everything: the kind as taken, each holder's lease left and fencing token, and the
-    /// tasks waiting.
+    /// What [`Locker::inspect`](crate::Locker::inspect) reports in memory: everything.
+    /// The kind as taken, each holder's lease left and fencing token, and the tasks
+    /// waiting for the lock (of every `Locker` sharing the store) as `waiting`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(ready(Ok(self.inspect(key.as_str()))))
     }

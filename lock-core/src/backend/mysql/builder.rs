@@ -1,6 +1,7 @@
 //! Configuring a MySQL/MariaDB store: its server, and every setting of its own.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::Opts;
@@ -8,8 +9,10 @@ use mysql_async::Opts;
 use super::MySqlStore;
 use super::name::NameMapping;
 use super::session::Connect;
-use crate::LockError;
 use crate::backend::sql::check_table;
+use crate::backend::{IntoStore, Store, StoreFuture};
+use crate::locker::builder::ChosenBy;
+use crate::{LockError, Locker, LockerBuilder};
 
 /// How many connections a store opens at most, unless told otherwise: ten sessions of
 /// two connections each, so that five services' stores fit in a server's default
@@ -170,6 +173,57 @@ impl fmt::Debug for MySqlStoreBuilder {
             .field("name_mapping", &self.name_mapping)
             .field("session_lease", &self.session_lease)
             .finish()
+    }
+}
+
+impl IntoStore for MySqlStoreBuilder {
+    fn into_store(self) -> StoreFuture<'static, Arc<dyn Store>> {
+        Box::pin(async move {
+            let store: Arc<dyn Store> = Arc::new(self.build().await?);
+            Ok(store)
+        })
+    }
+}
+
+const MYSQL: ChosenBy = ChosenBy {
+    method: "mysql(..)",
+    rank: 0,
+    refusal: Some(
+        "mysql(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), postgres(..), in_memory() or store(..)",
+    ),
+};
+
+impl LockerBuilder {
+    /// Keep the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
+    /// (see [`Locker::mysql`]). Shorthand for [`MySqlStore::builder`] with its default
+    /// settings, given to [`store`](LockerBuilder::store); give it a builder for others.
+    pub fn mysql(self, url: &str) -> Self {
+        self.store_by(MYSQL, MySqlStore::builder(url))
+    }
+}
+
+impl Locker {
+    /// Keeps the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
+    /// (such as `"mysql://user:pass@host:3306/db"`), named as madelson's DistributedLock
+    /// names them, so that a .NET service's `MySqlDistributedLock` on the name `K` shares
+    /// the lock `K`. Holds last as long as their session, which the server ends once it is
+    /// idle for a lease (30 s); fencing tokens come from a counter table. See
+    /// [`crate::backend::mysql`].
+    ///
+    /// Shorthand for a [`MySqlStore`](crate::backend::MySqlStore) with its default
+    /// settings, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::mysql("mysql://app:secret@10.0.0.5:3306/app").await?;
+    /// let guard = locker.lock("report:7").await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn mysql(url: &str) -> Result<Locker, LockError> {
+        LockerBuilder::default().mysql(url).build().await
     }
 }
 

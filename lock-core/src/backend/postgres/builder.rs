@@ -10,8 +10,10 @@ use tokio_postgres::Config;
 use super::PostgresStore;
 use super::key::KeyMapping;
 use super::session::Connect;
-use crate::LockError;
 use crate::backend::sql::check_table;
+use crate::backend::{IntoStore, Store, StoreFuture};
+use crate::locker::builder::ChosenBy;
+use crate::{LockError, Locker, LockerBuilder};
 
 /// How many connections a store opens at most, unless told otherwise: five services'
 /// stores fit in a server's default `max_connections` (100) with room to spare.
@@ -168,6 +170,57 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("key_mapping", &self.key_mapping)
             .field("session_lease", &self.session_lease)
             .finish()
+    }
+}
+
+impl IntoStore for PostgresStoreBuilder {
+    fn into_store(self) -> StoreFuture<'static, Arc<dyn Store>> {
+        Box::pin(async move {
+            let store: Arc<dyn Store> = Arc::new(self.build().await?);
+            Ok(store)
+        })
+    }
+}
+
+const POSTGRES: ChosenBy = ChosenBy {
+    method: "postgres(..)",
+    rank: 0,
+    refusal: Some(
+        "postgres(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), zookeeper(..), in_memory() or store(..)",
+    ),
+};
+
+impl LockerBuilder {
+    /// Keep the locks as advisory locks in the PostgreSQL database of `url` (see
+    /// [`Locker::postgres`]). Shorthand for [`PostgresStore::builder`] with its default
+    /// settings, given to [`store`](LockerBuilder::store); give it a builder for others.
+    pub fn postgres(self, url: &str) -> Self {
+        self.store_by(POSTGRES, PostgresStore::builder(url))
+    }
+}
+
+impl Locker {
+    /// Keeps the locks as advisory locks in the PostgreSQL database of `url` (such as
+    /// `"postgres://user:pass@host:5432/db"`), keyed as madelson's DistributedLock keys
+    /// them, so that a .NET service's `PostgresDistributedLock` on the name `K` shares the
+    /// lock `K`. Holds last as long as their session, which the server ends once it is
+    /// idle for a lease (30 s); fencing tokens come from a counter table. See
+    /// [`crate::backend::postgres`].
+    ///
+    /// Shorthand for a [`PostgresStore`](crate::backend::PostgresStore) with its default
+    /// settings, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::postgres("postgres://app:secret@10.0.0.5:5432/app").await?;
+    /// let guard = locker.lock("report:7").await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn postgres(url: &str) -> Result<Locker, LockError> {
+        LockerBuilder::default().postgres(url).build().await
     }
 }
 

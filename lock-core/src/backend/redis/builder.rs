@@ -11,6 +11,7 @@ use super::deployment::{ClusterSeeds, Deployment};
 use super::sentinel::Sentinels;
 use super::{RedisConfig, RedisStore};
 use crate::backend::redact::redact;
+use crate::backend::{IntoStore, Store, StoreFuture};
 use crate::{LockError, options};
 
 /// The namespace every Redis key gets unless told otherwise.
@@ -171,7 +172,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The prefix of every store key (default [`"lock:"`](crate::DEFAULT_NAMESPACE)):
+    /// The prefix of every store key (default [`"lock:"`](super::DEFAULT_NAMESPACE)):
     /// lock `K` is the key `P{K}`. Braces and control characters are refused.
     pub fn namespace(mut self, prefix: &str) -> Self {
         self.namespace = Some(prefix.to_owned());
@@ -393,5 +394,14 @@ impl Trust {
     #[cfg(not(feature = "tls"))]
     fn trusted(&self, client: redis::Client) -> Result<redis::Client, LockError> {
         Ok(client)
+    }
+}
+
+impl IntoStore for RedisStoreBuilder {
+    fn into_store(self) -> StoreFuture<'static, Arc<dyn Store>> {
+        Box::pin(async move {
+            let store: Arc<dyn Store> = Arc::new(self.build().await?);
+            Ok(store)
+        })
     }
 }

@@ -1,33 +1,46 @@
-//! The Redis store: locks on a single Redis node, and over N independent ones (RedLock).
+//! The Redis stores (feature `redis`, on by default): locks on a single Redis node, the
+//! master that Redis Sentinels name, or a Redis Cluster ([`RedisStore`], configured by
+//! its [`RedisStoreBuilder`]), and over N independent masters (RedLock:
+//! [`RedLockStore`], configured by its [`RedLockStoreBuilder`]). The Redis methods of
+//! [`Locker`](crate::Locker) and [`LockerBuilder`](crate::LockerBuilder) (such as
+//! [`Locker::connect`](crate::Locker::connect)) are shorthands for these builders.
 //!
-//! - [`builder`]: every setting of a Redis store, checked before it connects;
-//! - [`deployment`]: where the server is (a url, a pool, Sentinel's master, a Cluster),
-//!   and what each connection is opened to there; [`url`]: urls as messages show them;
-//! - [`connection`]: the one multiplexed connection every call shares; [`sentinel`]:
-//!   finding the master that Redis Sentinel names, at each connect;
-//! - [`keys`]: where a lock lives (its store keys and wake-up channels);
-//! - [`scripts`]: the Lua scripts, their calls and their replies; [`routing`]: which
-//!   node a pipeline of calls goes to, over the Cluster's [`slots`];
-//! - [`fencing`]: where a fence counter starts, and the failover epoch a token carries;
-//! - [`asking`]: what every attempt sends besides its keys, and how long a waiter's
-//!   registrations last;
-//! - [`exclusive`], [`fair`], [`read_write`] and [`semaphore`]: the lock kinds, each the
-//!   script calls that take and release it and the replies they read; [`shared`]: what
-//!   reads and permits, which share a lock, have in common;
-//! - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
-//!   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
-//! - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
-//!   [`subscriber`]: to one server, or sharded over a Redis Cluster;
-//! - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
-//!   builder; [`master`]: a store of this kind as one of those masters, spoken to
-//!   through the interface of [`crate::backend::redlock`].
-//!
-//! This file is the store itself: its settings, its connections, and every method of
-//! [`RedisStore`] that sends the calls the files above build, but for making one (in
-//! [`builder`] and [`master`]).
-//!
-//! Waiting is lock-core's client-side wait ([`crate::backend::wait`]): this store makes single
-//! attempts, and the hub wakes its waiters.
+//! The Redis client crates the stores are built on are re-exported here ([`redis`],
+//! [`bb8`], [`bb8_redis`]), so that a pool given to
+//! [`RedisStoreBuilder::pool`] has the versions this crate uses; and so are the defaults
+//! of a Redis store's settings (such as [`DEFAULT_NAMESPACE`]).
+
+// The layout of this folder:
+//
+// - [`builder`]: every setting of a Redis store, checked before it connects;
+// - [`deployment`]: where the server is (a url, a pool, Sentinel's master, a Cluster),
+//   and what each connection is opened to there; [`url`]: urls as messages show them;
+// - [`connection`]: the one multiplexed connection every call shares; [`sentinel`]:
+//   finding the master that Redis Sentinel names, at each connect;
+// - [`keys`]: where a lock lives (its store keys and wake-up channels);
+// - [`scripts`]: the Lua scripts, their calls and their replies; [`routing`]: which
+//   node a pipeline of calls goes to, over the Cluster's [`slots`];
+// - [`fencing`]: where a fence counter starts, and the failover epoch a token carries;
+// - [`asking`]: what every attempt sends besides its keys, and how long a waiter's
+//   registrations last;
+// - [`exclusive`], [`fair`], [`read_write`] and [`semaphore`]: the lock kinds, each the
+//   script calls that take and release it and the replies they read; [`shared`]: what
+//   reads and permits, which share a lock, have in common;
+// - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
+//   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
+// - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
+//   [`subscriber`]: to one server, or sharded over a Redis Cluster;
+// - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
+//   builder; [`master`]: a store of this kind as one of those masters, spoken to
+//   through the interface of [`crate::backend::redlock`];
+// - [`shorthands`]: the Redis methods of `Locker` and `LockerBuilder`.
+//
+// This file is the store itself: its settings, its connections, and every method of
+// [`RedisStore`] that sends the calls the files above build, but for making one (in
+// [`builder`] and [`master`]).
+//
+// Waiting is lock-core's client-side wait ([`crate::backend::wait`]): this store makes single
+// attempts, and the hub wakes its waiters.
 
 use std::fmt;
 use std::future::Future;
@@ -64,6 +77,7 @@ mod scripts;
 mod semaphore;
 mod sentinel;
 mod shared;
+mod shorthands;
 mod slots;
 mod subscriber;
 
@@ -79,7 +93,14 @@ use handover::{Claim, OwnWaiters, ReleasePlan};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub use redlock::{RedLockStore, RedLockStoreBuilder};
+
+/// The Redis client crates this store is built on, re-exported so your versions match.
+pub use ::bb8;
+pub use ::bb8_redis;
+pub use ::bb8_redis::RedisConnectionManager;
+pub use ::redis;
 use scripts::{AcquireReply, ScriptCall, Scripts, Seen, Sent};
+pub(crate) use shorthands::Shorthands;
 
 /// Renewals per pipeline.
 const RENEW_CHUNK: usize = 512;
@@ -736,7 +757,21 @@ impl Store for RedisStore {
         })
     }
 
-    /// See [`Locker::inspect`](crate::Locker::inspect) for what it reports.
+    /// What [`Locker::inspect`](crate::Locker::inspect) reports on Redis (one server,
+    /// Sentinel, Cluster; one read-only script on the lock's keys, which share its hash
+    /// tag): the readers of a read hold and the permits in use of a semaphore, each with
+    /// its lease left (server clock), and the semaphore's stored count as its `permits`;
+    /// but no fencing token for them, which Redis does not keep per holder. A hold by one
+    /// owner shows as the kind its token's mark names (every owner token is a random UUID
+    /// and a mark, `:x`, `:f` or `:w`; `None` for a token of lock-core 0.1, without one),
+    /// with its lease left and, as its fencing token, the lock's fence counter, which is
+    /// the owner's own: nothing draws a token from it while an owner holds the lock but
+    /// the script that made it the owner (`None` should the counter have run out). On
+    /// Sentinel that token is shown only while the master has had no failover (its epoch
+    /// is 0): after one, a holder's token carries the epoch its own connection saw, which
+    /// Redis does not record. `waiting` counts the `Locker`s registered to be woken: not
+    /// their tasks, not a `Locker` that polls without wake-ups, and not one just woken
+    /// until its waiter asks again.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(async move { Ok(self.seen(key).await?.map(Seen::info)) })
     }

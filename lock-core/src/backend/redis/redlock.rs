@@ -78,6 +78,14 @@ impl Store for RedLockStore {
         self.0.force_unlock(key)
     }
 
+    /// What [`Locker::inspect`](crate::Locker::inspect) reports on RedLock: every master
+    /// is asked, and a majority must answer ([`LockError::Quorum`](crate::LockError::Quorum)
+    /// otherwise). A holder is shown when as many masters as its kind's quorum show it
+    /// (those its guard needs), with the lease left that this many of them still give it
+    /// (without the guard's drift allowance); no fencing token (the guard's is reckoned
+    /// from the granting masters' counters, which no master records); `waiting` is the
+    /// most `Locker`s that a majority of the masters count. The kind as on
+    /// [Redis](super::RedisStore).
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         self.0.inspect(key)
     }

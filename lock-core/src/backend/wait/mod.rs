@@ -17,7 +17,10 @@ use tokio::time::Instant;
 use crate::backend::store::{Acquire, Acquired, Outcome};
 use crate::{LockError, LockKind};
 
+// Hand-overs and lingering lines serve Redis's stores only.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod handover;
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod line;
 
 use handover::{Handover, Leftover};
@@ -119,6 +122,7 @@ pub(crate) struct Left<'a, L> {
     /// It took the lock: leaving is not giving up.
     pub(crate) held: bool,
     /// A lock handed over to it that it never took up.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) leftover: Leftover,
 }
 

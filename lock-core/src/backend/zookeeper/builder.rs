@@ -1,11 +1,14 @@
 //! Configuring a ZooKeeper store: where its ensemble is, and every setting of its own.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ZooKeeperStore;
 use super::session::Connect;
-use crate::LockError;
+use crate::backend::{IntoStore, Store, StoreFuture};
+use crate::locker::builder::ChosenBy;
+use crate::{LockError, Locker, LockerBuilder};
 
 /// How long a session outlives its connection, unless told otherwise.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -168,6 +171,60 @@ impl fmt::Debug for ZooKeeperStoreBuilder {
             .field("base_path", &self.base_path)
             .field("user", &self.digest.as_ref().map(|(user, _)| user))
             .finish()
+    }
+}
+
+impl IntoStore for ZooKeeperStoreBuilder {
+    fn into_store(self) -> StoreFuture<'static, Arc<dyn Store>> {
+        Box::pin(async move {
+            let store: Arc<dyn Store> = Arc::new(self.build().await?);
+            Ok(store)
+        })
+    }
+}
+
+const ZOOKEEPER: ChosenBy = ChosenBy {
+    method: "zookeeper(..)",
+    rank: 0,
+    refusal: Some(
+        "zookeeper(..) cannot be combined with url(..), pool(..), sentinel(..), cluster(..), redlock(..), in_memory() or store(..)",
+    ),
+};
+
+impl LockerBuilder {
+    /// Keep the locks on the ZooKeeper ensemble of `connect_string` (see
+    /// [`Locker::zookeeper`]). Shorthand for [`ZooKeeperStore::builder`] with its default
+    /// settings, given to [`store`](LockerBuilder::store); give it a builder for others.
+    pub fn zookeeper(self, connect_string: &str) -> Self {
+        self.store_by(ZOOKEEPER, ZooKeeperStore::builder(connect_string))
+    }
+}
+
+impl Locker {
+    /// Keeps the locks on the ZooKeeper ensemble of `connect_string` (`host:port` pairs,
+    /// comma-separated, with an optional chroot suffix such as `/app`), in Apache
+    /// Curator's layout, so that a Java service's `InterProcessMutex` on `/locks/K`
+    /// shares the lock `K`. Holds last as long as the session (10 s past a lost
+    /// connection); fencing tokens are the nodes' creation zxids. See
+    /// [`crate::backend::zookeeper`].
+    ///
+    /// Shorthand for a [`ZooKeeperStore`](crate::backend::ZooKeeperStore) with its default
+    /// settings, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::zookeeper("127.0.0.1:2181,127.0.0.1:2182/app").await?;
+    /// let guard = locker.lock("report:7").await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn zookeeper(connect_string: &str) -> Result<Locker, LockError> {
+        LockerBuilder::default()
+            .zookeeper(connect_string)
+            .build()
+            .await
     }
 }
 

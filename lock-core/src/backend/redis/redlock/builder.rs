@@ -10,6 +10,7 @@ use super::RedLockStore;
 use crate::LockError;
 use crate::backend::redis::{RedisStore, RedisStoreBuilder};
 use crate::backend::redlock::{Drift, RedLock, Settings, majority};
+use crate::backend::{IntoStore, Store, StoreFuture};
 
 /// Configures a [`RedLockStore`]: its masters, an odd number of them, at least 3, each a
 /// [`RedisStoreBuilder`] with the [`url`](RedisStoreBuilder::url) (or the
@@ -133,4 +134,13 @@ async fn connect(masters: &[RedisStore]) -> Result<(), LockError> {
         ));
     }
     Ok(())
+}
+
+impl IntoStore for RedLockStoreBuilder {
+    fn into_store(self) -> StoreFuture<'static, Arc<dyn Store>> {
+        Box::pin(async move {
+            let store: Arc<dyn Store> = Arc::new(self.build().await?);
+            Ok(store)
+        })
+    }
 }
