@@ -9,7 +9,8 @@ const RACE: Duration = Duration::from_secs(3);
 const SEMAPHORE: &[LockKind] = &[LockKind::Semaphore { permits: 1 }];
 
 /// Holds of each one-holder kind the store has (exclusive, write, read) race permits of
-/// a semaphore of the same name ([`race`]): never both inside at once, and both get in.
+/// a semaphore of the same name, 8 tasks for 3 s: never both inside at once, and both
+/// get in.
 pub async fn holds_and_permits_of_one_name_never_overlap(store: &impl StoreUnderTest) {
     for kind in [LockKind::Exclusive, LockKind::Write, LockKind::Read] {
         if let Some(lockers) = two_with(store, &[kind, SEMAPHORE[0]]).await {

@@ -444,24 +444,13 @@ impl Locker {
     /// ```
     ///
     /// What each store reports is told on its own `inspect`: [`MemoryStore`]'s,
-    /// [`RedisStore`](crate::backend::RedisStore)'s (one server, Sentinel, Cluster) and
-    /// [`RedLockStore`](crate::backend::RedLockStore)'s; and:
-    ///
-    /// - **ZooKeeper** (feature `zookeeper`; the lock's children, then each holder's
-    ///   node): each holder's node, with its creation zxid as its fencing token and no
-    ///   lease (the hold lasts as long as its session). The kind as its node's name says
-    ///   it: exclusive for a fair lock too, whose nodes are the same, or a semaphore with
-    ///   its stored count. `waiting` counts the nodes queued behind the holders (every
-    ///   client's, Curator's included), or the leases beyond a semaphore's count.
-    /// - **PostgreSQL** (feature `postgres`; one read of `pg_locks`): each session holding
-    ///   the advisory key (this crate never stacks two holds of a name on one session);
-    ///   no lease. The hold taken last through this crate shows its token prefix, fencing
-    ///   token and kind, as the fence table records them; any other session its backend's
-    ///   pid in 8 hex digits, read for a shared hold and exclusive for any other. `waiting`
-    ///   counts the sessions waiting for the key, foreign ones included. A semaphore: its
-    ///   stored count and each permit slot held, by its number.
-    /// - **A store of your own** answers [`LockError::Config`] unless it implements
-    ///   [`Store::inspect`](crate::backend::Store::inspect).
+    /// [`RedisStore`](crate::backend::RedisStore)'s (one server, Sentinel, Cluster),
+    /// [`RedLockStore`](crate::backend::RedLockStore)'s,
+    /// [`ZooKeeperStore`](crate::backend::ZooKeeperStore)'s,
+    /// [`PostgresStore`](crate::backend::PostgresStore)'s and
+    /// [`MySqlStore`](crate::backend::MySqlStore)'s (each behind its feature). A store of
+    /// your own answers [`LockError::Config`] unless it implements
+    /// [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         let key = LockKey::with_max_len(key, self.inner.max_key_len)?;
         self.inner.store.inspect(&key).await

@@ -321,6 +321,12 @@ impl Store for ZooKeeperStore {
         Box::pin(self.force_unlock_lock(key))
     }
 
+    /// The lock's children, then each holder's node: each holder with its creation zxid
+    /// as its fencing token and no lease (the hold lasts as long as its session). The
+    /// kind as its node's name says it: exclusive for a fair lock too, whose nodes are the
+    /// same, or a semaphore with its stored count. `waiting` counts the nodes queued
+    /// behind the holders (every client's, Curator's included), or the leases beyond a
+    /// semaphore's count.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
     }
