@@ -14,7 +14,7 @@
 //
 // - [`builder`]: every setting of a Redis store, checked before it connects;
 // - [`deployment`]: where the server is (a url, a pool, Sentinel's master, a Cluster),
-//   and what each connection is opened to there; [`url`]: urls as messages show them;
+//   and what each connection is opened to there;
 // - [`connection`]: the one multiplexed connection every call shares; [`sentinel`]:
 //   finding the master that Redis Sentinel names, at each connect;
 // - [`keys`]: where a lock lives (its store keys and wake-up channels);
@@ -28,6 +28,10 @@
 //   reads and permits, which share a lock, have in common;
 // - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
+//   [`giving_back`]: the store's methods that give a lock back that way, or in the
+//   background when a call was cut short;
+// - [`waiting`]: the hooks of the client-side wait, and what a waiter that leaves gives
+//   back;
 // - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
 //   [`subscriber`]: to one server, or sharded over a Redis Cluster;
 // - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
@@ -35,12 +39,13 @@
 //   through the interface of [`crate::backend::redlock`];
 // - [`shorthands`]: the Redis methods of `Locker` and `LockerBuilder`.
 //
-// This file is the store itself: its settings, its connections, and every method of
-// [`RedisStore`] that sends the calls the files above build, but for making one (in
-// [`builder`] and [`master`]).
+// This file is the store itself: its settings, its connections, and the methods of
+// [`RedisStore`] that send the calls the files above build, but for making one (in
+// [`builder`] and [`master`]), giving a lock back ([`giving_back`]) and waiting
+// ([`waiting`]).
 //
-// Waiting is lock-core's client-side wait ([`crate::backend::wait`]): this store makes single
-// attempts, and the hub wakes its waiters.
+// Waiting is lock-core's client-side wait ([`crate::backend::wait`]): this store makes
+// single attempts, and the hub wakes its waiters.
 
 use std::fmt;
 use std::future::Future;
@@ -54,9 +59,8 @@ use tracing::Instrument;
 
 use super::release::Release;
 use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
-use crate::backend::wait::handover::{Handover, HandoverFailed, Leftover};
-use crate::backend::wait::line::{Edge, Line, Lines, WhenEmpty};
-use crate::backend::wait::{self, Attempt, ClientWait, Joined, Left};
+use crate::backend::wait::line::Lines;
+use crate::backend::wait::{self, Attempt};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 mod asking;
@@ -66,6 +70,7 @@ mod deployment;
 mod exclusive;
 mod fair;
 mod fencing;
+mod giving_back;
 mod handover;
 mod hub;
 mod keys;
@@ -80,16 +85,16 @@ mod shared;
 mod shorthands;
 mod slots;
 mod subscriber;
+mod waiting;
 
 use asking::{Asking, Attempting, CutShort, millis};
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCAL_HANDOVERS, DEFAULT_NAMESPACE, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_SAFETY_POLL, RedisStoreBuilder,
 };
-use connection::{Conn, Connection, InHand, Timeouts};
+use connection::{Conn, Connection, Timeouts};
 use deployment::Deployment;
-use fencing::in_epoch;
-use handover::{Claim, OwnWaiters, ReleasePlan};
+use handover::{OwnWaiters, ReleasePlan};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
 pub use redlock::{RedLockStore, RedLockStoreBuilder};
@@ -529,44 +534,6 @@ impl RedisStore {
             .await
     }
 
-    /// Releases lock `key` as `how` says, in the background: a lock handed over to a
-    /// waiter that gave up, a fair waiter leaving the line, an acquire cut short.
-    fn release_detached(&self, key: &RedisKey, token: &str, how: Release) {
-        let (store, key, token) = (self.clone(), key.clone(), token.to_owned());
-        self.spawn("release a lock", async move {
-            let released = async {
-                let mut conn = store.0.connection.get().await?;
-                store
-                    .release_on(&mut conn, &key, &token, how)
-                    .await
-                    .map_err(|e| store.0.connection.error("release", e))
-            };
-            if let Err(e) = released.await {
-                tracing::warn!(key = %key, error = %e, "background release failed; the lease will expire");
-            }
-        });
-    }
-
-    /// What a waiter that left its line leaves behind in Redis, given back in the
-    /// background: its place among a fair lock's line or a write lock's waiting writers,
-    /// and a lock handed over to it that it never took up.
-    fn leave_store_line(&self, key: &RedisKey, left: &Left<'_, Listening>) {
-        if !left.held {
-            match left.kind {
-                LockKind::Fair => self.release_detached(key, left.token, Release::Leave),
-                // Out of the waiting writers, so that the readers behind it may go in.
-                LockKind::Write => {
-                    self.release_detached(key, left.token, Release::Holder(LockKind::Write))
-                }
-                _ => {}
-            }
-        }
-        if left.leftover == Leftover::Release {
-            // Handed over to this waiter, which gave up before taking it: free it.
-            self.release_detached(key, left.token, Release::Holder(LockKind::Exclusive));
-        }
-    }
-
     /// This `Locker`'s id, under which a release can wake it; empty without pub/sub.
     fn listening_id(&self) -> &str {
         if self.0.hub.is_some() {
@@ -574,107 +541,6 @@ impl RedisStore {
         } else {
             ""
         }
-    }
-
-    /// How the holder of exclusive lock `key` gives it back: to a local waiter if one can
-    /// be handed it, else free. One look at the lock's line serves both.
-    fn plan_release(&self, key: &RedisKey) -> ReleasePlan {
-        let line = self.0.lines.get(key.as_str());
-        if self.0.local_handovers > 0
-            && let Some(line) = &line
-            && let Some(waiter) = line.claim_for_handover(self.0.local_handovers)
-        {
-            return ReleasePlan::Handover(Claim::new(waiter));
-        }
-        ReleasePlan::Free(self.own_waiters(line.as_deref()))
-    }
-
-    /// Whether this `Locker`'s waiters in `line`, if any, are to be woken by a release of
-    /// their lock.
-    fn own_waiters(&self, line: Option<&Line<Listening>>) -> OwnWaiters {
-        if self.0.hub.is_some() && line.is_some_and(Line::has_waiters) {
-            OwnWaiters::Listening
-        } else {
-            OwnWaiters::None
-        }
-    }
-
-    /// Hands lock `key` from its holder `token` to the claimed local waiter, in one
-    /// command, and tells the waiter. Says whether `token` held the lock. A waiter that
-    /// gave up meanwhile gets nothing: the lock is then freed, waking every contender.
-    async fn hand_over(
-        &self,
-        key: &RedisKey,
-        token: &str,
-        claim: Claim,
-    ) -> Result<bool, LockError> {
-        let waiter = claim.waiter().clone();
-        let lease = waiter.lease;
-        let fence_ttl_ms = self.fence_ttl_ms(lease);
-        let call = handover::handover_call(&self.0.scripts, key, token, &waiter, fence_ttl_ms);
-        let InHand { mut conn, epoch } = self.0.connection.in_hand().await?;
-        // The waiter's lease runs from here, with the connection in hand.
-        let sent_at = Instant::now();
-        let reply: Option<u64> = match call.invoke_async(&mut conn).await {
-            Ok(reply) => reply,
-            // It may have run: should the waiter give up, it frees what it may hold
-            // (the claim, dropped, says so).
-            Err(e) => return Err(self.0.connection.error("release", e)),
-        };
-        claim.answered();
-        let Some(fence) = reply.map(|raw| in_epoch(epoch, raw)) else {
-            waiter.handover_failed(HandoverFailed::NotHeld);
-            return Ok(false);
-        };
-        tracing::debug!(fence, "lock handed over to a local waiter");
-        if waiter.handed_over(fence, sent_at + lease) == Leftover::Release {
-            let own_waiters = self.own_waiters(self.0.lines.get(key.as_str()).as_deref());
-            let freed = self
-                .free_exclusive(&mut conn, key, &waiter.token, own_waiters)
-                .await;
-            if let Err(e) = freed {
-                tracing::warn!(key = %key, error = %e, "could not free a lock handed to a waiter that gave up; the lease will expire");
-            }
-        }
-        Ok(true)
-    }
-
-    /// Relays, in the background, a wake-up for lock `key` that found no local waiter.
-    /// A failure is only logged: the waiters elsewhere still poll.
-    fn relay_detached(&self, key: &RedisKey) {
-        let (store, key) = (self.clone(), key.clone());
-        self.spawn("relay a wake-up", async move {
-            let relayed: Result<bool, LockError> = store
-                .0
-                .connection
-                .run("relay a wake-up", |mut conn| {
-                    let call = handover::relay_call(&store.0.scripts, &key, store.0.channels.id());
-                    async move { call.invoke_async(&mut conn).await }
-                })
-                .await;
-            if let Err(e) = relayed {
-                tracing::debug!(key = %key, error = %e, "could not relay a wake-up; waiters poll");
-            }
-        });
-    }
-
-    /// Takes this `Locker` out of those a release of `key` wakes, in the background: its
-    /// last waiter gave up. A failure is only logged: the entry runs out.
-    fn stop_waiting_detached(&self, key: &RedisKey) {
-        let (store, key) = (self.clone(), key.clone());
-        self.spawn("leave the waiting lockers", async move {
-            let removed: Result<i64, LockError> = store
-                .0.connection
-                .run("leave the waiting lockers", |mut conn| {
-                    let mut zrem = redis::cmd("ZREM");
-                    zrem.arg(key.lockers()).arg(store.0.channels.id());
-                    async move { zrem.query_async(&mut conn).await }
-                })
-                .await;
-            if let Err(e) = removed {
-                tracing::debug!(key = %key, error = %e, "could not leave the waiting lockers; waiters poll");
-            }
-        });
     }
 }
 
@@ -795,103 +661,6 @@ impl Store for RedisStore {
     fn close(&self) {
         if let Some(hub) = &self.0.hub {
             hub.stop();
-        }
-    }
-}
-
-impl ClientWait for RedisStore {
-    type Listening = Listening;
-    type Tried = ();
-
-    async fn attempt<'a>(
-        &'a self,
-        request: &'a Acquire,
-        waits_for: Duration,
-        _tried: &'a mut (),
-    ) -> Result<Attempt, LockError> {
-        self.attempt_asking(request, waits_for, Asking::ALONE).await
-    }
-
-    fn join(&self, request: &Acquire) -> Joined<Listening> {
-        let key = self.key(&request.key);
-        let Some(hub) = &self.0.hub else {
-            return Joined {
-                line: self.0.lines.join(key.shared(), |_| {}),
-                already_listening: false,
-            };
-        };
-        hub.ensure_running();
-        let mut joined_others = false;
-        let line = self.0.lines.join(key.shared(), |edge| match edge {
-            Edge::Changed => hub.subscribe(key.shared().clone()),
-            Edge::Unchanged => joined_others = true,
-        });
-        let already_listening = joined_others && line.listening.is_ready();
-        Joined {
-            line,
-            already_listening,
-        }
-    }
-
-    fn handover(&self, kind: LockKind) -> Handover {
-        if kind == LockKind::Exclusive && self.0.local_handovers > 0 {
-            Handover::Waiting { may_hold: false }
-        } else {
-            Handover::Off
-        }
-    }
-
-    fn until_listening(
-        &self,
-        line: &Line<Listening>,
-        limit: Duration,
-    ) -> impl Future<Output = ()> + Send {
-        let hub = self.0.hub.is_some();
-        async move {
-            if hub {
-                let _ = tokio::time::timeout(limit, line.listening.until_ready()).await;
-            }
-        }
-    }
-
-    /// Until the holder's lease runs out, but never longer than a bounded, jittered poll
-    /// (wake-ups can be missed while the pub/sub connection is down), and with a short
-    /// backoff while wake-ups are not being delivered at all.
-    fn poll_interval(
-        &self,
-        holder_ttl: Option<Duration>,
-        line: &Line<Listening>,
-        failed: u32,
-    ) -> Duration {
-        const GRACE: Duration = Duration::from_millis(1);
-        let cap = if line.listening.is_ready() {
-            self.0.safety_poll.mul_f64(0.75 + fastrand::f64() * 0.25)
-        } else {
-            // No wake-ups: back off from 5 ms to the safety poll, jittered.
-            let step = Duration::from_millis(5) * 2u32.pow(failed.min(10));
-            step.min(self.0.safety_poll)
-                .mul_f64(0.5 + fastrand::f64() * 0.5)
-        };
-        holder_ttl.map_or(cap, |ttl| (ttl + GRACE).min(cap))
-    }
-
-    fn left(&self, left: Left<'_, Listening>) {
-        let key = RedisKey::from_redis(left.line.key());
-        self.leave_store_line(&key, &left);
-        let Some(hub) = &self.0.hub else {
-            self.0.lines.leave(left.line, WhenEmpty::Remove, |_| {});
-            return;
-        };
-        let mut last = false;
-        self.0.lines.leave(left.line, WhenEmpty::Linger, |edge| {
-            if edge == Edge::Changed {
-                hub.idle(key.shared().clone());
-                last = true;
-            }
-        });
-        if last && !left.held {
-            // Nobody here waits any more: take this `Locker` out of those a release wakes.
-            self.stop_waiting_detached(&key);
         }
     }
 }
