@@ -4,7 +4,9 @@ use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use lock_tests::{HarnessError, RedisCluster, RedisServer, TcpProxy, ValueExt, wait_until};
+use lock_tests::{
+    HarnessError, RedisCluster, RedisServer, TcpProxy, TestServer, ValueExt, wait_until,
+};
 use redis::{Parser, Value};
 
 const SHORT: Duration = Duration::from_millis(200);

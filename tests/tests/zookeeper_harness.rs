@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lock_tests::{
-    CuratorLock, CuratorPeer, HarnessError, ZooKeeperEnsemble, ZooKeeperServer, wait_until,
+    CuratorLock, CuratorPeer, HarnessError, TestServer, ZooKeeperEnsemble, ZooKeeperServer,
+    wait_until,
 };
 
 /// Deadline of a Curator run: JVM start, connect, and every iteration.
