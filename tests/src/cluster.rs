@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::chain;
 use crate::server::{REDIS_SERVER, info_field, spawn_error};
-use crate::{HarnessError, POLL_INTERVAL, RedisServer, ValueExt};
+use crate::{HarnessError, POLL_INTERVAL, RedisServer, TestServer, ValueExt};
 
 /// Masters in the cluster.
 const MASTERS: usize = 3;

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -74,7 +74,10 @@ struct Account {
 /// log. Dropping it kills the process (`SIGKILL`) and, for a kind that
 /// [forks](Kind::forks), every process it forked, and removes the dir; if the thread is
 /// panicking, the log is printed to stderr first, each line prefixed with the port.
-pub(crate) struct ServerProcess {
+///
+/// Public, in a private module, as the servers' [`Daemon`](crate::test_server::Daemon)
+/// hands it out; no one outside the crate can name it.
+pub struct ServerProcess {
     kind: Kind,
     port: u16,
     dir: PathBuf,
@@ -84,6 +87,8 @@ pub(crate) struct ServerProcess {
     log_start: u64,
     /// `None` once killed. Behind a mutex because `is_running` needs `Child::try_wait`.
     child: Mutex<Option<Child>>,
+    /// Between [`pause`](Self::pause) and [`resume`](Self::resume) or [`kill`](Self::kill).
+    paused: AtomicBool,
 }
 
 impl ServerProcess {
@@ -97,6 +102,7 @@ impl ServerProcess {
             account: None,
             log_start: 0,
             child: Mutex::new(None),
+            paused: AtomicBool::new(false),
         };
         let Some(run_as) = kind.run_as else {
             return Ok(process);
@@ -163,6 +169,11 @@ impl ServerProcess {
         self.pid().is_some()
     }
 
+    /// Whether it is frozen by [`pause`](Self::pause).
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
     /// Sends `SIGSTOP` (to the processes it forked too, for a kind that forks).
     ///
     /// # Panics
@@ -171,6 +182,7 @@ impl ServerProcess {
     #[track_caller]
     pub(crate) fn pause(&self) {
         self.signal("STOP");
+        self.paused.store(true, Ordering::Relaxed);
     }
 
     /// Sends `SIGCONT` (to the processes it forked too, for a kind that forks).
@@ -181,11 +193,13 @@ impl ServerProcess {
     #[track_caller]
     pub(crate) fn resume(&self) {
         self.signal("CONT");
+        self.paused.store(false, Ordering::Relaxed);
     }
 
     /// Kills the process with `SIGKILL` and waits for it to exit, and for a kind that forks,
     /// until every process it forked is gone too; nothing if it is not running.
     pub(crate) fn kill(&mut self) {
+        *self.paused.get_mut() = false;
         let Some(mut child) = self
             .child
             .get_mut()
@@ -379,6 +393,12 @@ impl ServerProcess {
             send_signal(pid, signal);
             signal_quietly(&children(pid), signal);
         }
+    }
+}
+
+impl fmt::Debug for ServerProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.debug_as("ServerProcess", f)
     }
 }
 

@@ -22,6 +22,8 @@ pub const DEADLINE_SLACK: Duration = Duration::from_millis(250);
 ///
 /// ```no_run
 /// # async fn run() {
+/// use lock_tests::TestServer;
+///
 /// let server = lock_tests::PostgresServer::spawn();
 /// let url = server.url();
 /// lock_tests::calls_end_by_their_deadline_while_the_server_is_silent(

@@ -4,7 +4,7 @@
 //! databases).
 //!
 //! ```no_run
-//! use lock_tests::{RedisCluster, RedisServer, ValueExt};
+//! use lock_tests::{RedisCluster, RedisServer, TestServer, ValueExt};
 //! use redis::Value;
 //!
 //! // One server: waits until it answers PING, killed (and its temp dir removed) on drop.
@@ -39,7 +39,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use lock_tests::{CuratorLock, CuratorPeer, ZooKeeperEnsemble, ZooKeeperServer};
+//! use lock_tests::{CuratorLock, CuratorPeer, TestServer, ZooKeeperEnsemble, ZooKeeperServer};
 //!
 //! // Serving (`srvr` says `Mode: standalone`) when `spawn` returns; killed on drop.
 //! let mut server = ZooKeeperServer::spawn();
@@ -71,7 +71,7 @@
 //! test's own way in:
 //!
 //! ```no_run
-//! use lock_tests::{MariaDbServer, PostgresServer};
+//! use lock_tests::{MariaDbServer, PostgresServer, TestServer};
 //!
 //! // `initdb`, then `postgres` accepting connections when `spawn` returns; killed on drop.
 //! let mut postgres = PostgresServer::spawn();
@@ -111,9 +111,10 @@
 //! to use from tests running in parallel threads: each server gets its own ports and temp
 //! dir.
 //!
-//! When a test panics, every [`RedisServer`], [`ZooKeeperServer`], [`PostgresServer`] and
-//! [`MariaDbServer`] it drops prints its log to stderr, each line prefixed with the server's
-//! port.
+//! The four servers share their lifecycle, [`TestServer`]: port, dir, process id, pause and
+//! resume, kill and restart, log. When a test panics, every [`RedisServer`],
+//! [`ZooKeeperServer`], [`PostgresServer`] and [`MariaDbServer`] it drops prints its log to
+//! stderr, each line prefixed with the server's port.
 #![deny(missing_docs)]
 
 mod cluster;
@@ -130,6 +131,7 @@ mod proxy;
 mod reply;
 mod sentinel;
 mod server;
+mod test_server;
 mod zookeeper;
 
 use std::thread;
@@ -152,6 +154,7 @@ pub use proxy::TcpProxy;
 pub use reply::ValueExt;
 pub use sentinel::{MASTER_NAME, RedisSentinel};
 pub use server::RedisServer;
+pub use test_server::TestServer;
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
 
 /// The interval of every poll in the harness.

@@ -1,7 +1,6 @@
 //! A throwaway MariaDB server from Debian's `mariadb-server` package.
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use crate::daemon::{
 use crate::error::chain;
 use crate::postgres::same_dir;
 use crate::process::Captured;
+use crate::test_server::{Daemon, TestServer};
 
 /// The Debian package with `mariadbd`, `mariadb-install-db` and (through its dependencies)
 /// the `mariadb` client.
@@ -80,9 +80,11 @@ const MARIADB: Kind = Kind {
 ///
 /// Dropping it kills the server (`SIGKILL`) and removes the dir; if the thread is
 /// panicking, the server log is printed to stderr first, each line prefixed with the port.
+/// Its port, process, faults and log are [`TestServer`]'s: its dir holds its socket, pid
+/// file, data dir `data/` and log.
 ///
 /// ```no_run
-/// use lock_tests::MariaDbServer;
+/// use lock_tests::{MariaDbServer, TestServer};
 ///
 /// let mut server = MariaDbServer::spawn(); // accepting connections, killed on drop
 /// let url = server.url(); // "mysql://root@127.0.0.1:{port}/test"
@@ -138,16 +140,6 @@ impl MariaDbServer {
         Ok(db)
     }
 
-    /// The server's TCP port on `127.0.0.1`.
-    pub fn port(&self) -> u16 {
-        self.process.port()
-    }
-
-    /// The server's socket address, `127.0.0.1:{port}`.
-    pub fn addr(&self) -> SocketAddr {
-        self.process.addr()
-    }
-
     /// The URL of the database `test` as `root`, over TCP, without a password:
     /// `mysql://root@127.0.0.1:{port}/test`.
     pub fn url(&self) -> String {
@@ -157,71 +149,6 @@ impl MariaDbServer {
     /// The server's unix socket, `mariadb.sock` in its temp dir.
     pub fn socket(&self) -> PathBuf {
         self.process.dir().join(SOCKET)
-    }
-
-    /// The server's temp dir: its socket, pid file, data dir `data/` and log; removed on
-    /// drop.
-    pub fn dir(&self) -> &Path {
-        self.process.dir()
-    }
-
-    /// The process id, or `None` once the server was killed or has exited.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Whether the server process is alive (a paused server is alive).
-    pub fn is_running(&self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Freezes the server with `SIGSTOP`: connections stay open but nothing answers, not
-    /// even a new connection, until [`resume`](Self::resume).
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn pause(&self) {
-        self.process.pause();
-    }
-
-    /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn resume(&self) {
-        self.process.resume();
-    }
-
-    /// Kills the server with `SIGKILL`, as a crash would, and waits for it to exit: every
-    /// connection drops. The data dir stays: [`restart`](Self::restart) starts the server
-    /// again from there, on the same port. Killing a server that is not running does nothing.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Kills the server if it is running and starts it again on the same port with the same
-    /// data dir, which it recovers as after a crash: committed data survives, connections and
-    /// the `GET_LOCK` locks on them do not. Waits until it accepts connections. The log is
-    /// kept and appended to.
-    ///
-    /// # Panics
-    ///
-    /// If the server cannot be started again, e.g. because another process took the port.
-    #[track_caller]
-    pub fn restart(&mut self) {
-        if let Err(e) = self.try_restart() {
-            self.process.restart_failed(&e);
-        }
-    }
-
-    /// [`restart`](Self::restart) that returns the error instead of panicking.
-    pub fn try_restart(&mut self) -> Result<(), HarnessError> {
-        self.kill();
-        self.start()
     }
 
     /// Runs `query` (one or more `;`-separated statements) with the `mariadb` client on the
@@ -253,12 +180,6 @@ impl MariaDbServer {
         self.sql_in(Some(DATABASE), query, timeout)
     }
 
-    /// The server log so far: what `mariadb-install-db` printed, then every run of the
-    /// server.
-    pub fn log(&self) -> String {
-        self.process.log()
-    }
-
     fn data_dir(&self) -> PathBuf {
         self.process.dir().join(DATA_DIR)
     }
@@ -282,6 +203,28 @@ impl MariaDbServer {
                 "--innodb-log-file-size=8M",
             ]);
         self.process.setup(command, INSTALL_TIMEOUT, PACKAGE)
+    }
+
+    /// Runs `query` in `database` with [`sql`].
+    fn sql_in(
+        &self,
+        database: Option<&str>,
+        query: &str,
+        timeout: Duration,
+    ) -> Result<String, HarnessError> {
+        sql(&self.client, self.port(), database, query, timeout)
+    }
+}
+
+impl TestServer for MariaDbServer {}
+
+impl Daemon for MariaDbServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
     }
 
     /// Spawns `mariadbd` and waits until it accepts connections; on failure, leaves it
@@ -321,16 +264,6 @@ impl MariaDbServer {
                 }
             },
         )
-    }
-
-    /// Runs `query` in `database` with [`sql`].
-    fn sql_in(
-        &self,
-        database: Option<&str>,
-        query: &str,
-        timeout: Duration,
-    ) -> Result<String, HarnessError> {
-        sql(&self.client, self.port(), database, query, timeout)
     }
 }
 

@@ -13,6 +13,7 @@ use crate::daemon::{
 };
 use crate::error::chain;
 use crate::process::Captured;
+use crate::test_server::{Daemon, TestServer};
 
 /// The Debian package with `initdb`, `postgres` and `psql`.
 const PACKAGE: &str = "postgresql";
@@ -76,10 +77,12 @@ const PID_FILE_STATUS_LINE: usize = 7;
 ///
 /// Dropping it kills the server and its backends (`SIGKILL`) and removes the dir; if the
 /// thread is panicking, the server log is printed to stderr first, each line prefixed with
-/// the port.
+/// the port. Its port, process, faults and log are [`TestServer`]'s: its dir holds its
+/// socket, its data dir `data/` and its log; [`pause`](TestServer::pause) freezes its
+/// backends too.
 ///
 /// ```no_run
-/// use lock_tests::PostgresServer;
+/// use lock_tests::{PostgresServer, TestServer};
 ///
 /// let mut server = PostgresServer::spawn(); // accepting connections, killed on drop
 /// let url = server.url(); // "postgres://postgres@127.0.0.1:{port}/postgres"
@@ -127,16 +130,6 @@ impl PostgresServer {
         })
     }
 
-    /// The server's TCP port on `127.0.0.1`.
-    pub fn port(&self) -> u16 {
-        self.process.port()
-    }
-
-    /// The server's socket address, `127.0.0.1:{port}`.
-    pub fn addr(&self) -> SocketAddr {
-        self.process.addr()
-    }
-
     /// The URL of the `postgres` database as the superuser, over TCP, without a password
     /// (`trust`): `postgres://postgres@127.0.0.1:{port}/postgres`.
     pub fn url(&self) -> String {
@@ -150,71 +143,6 @@ impl PostgresServer {
     /// that connects with `host={socket_dir}`.
     pub fn socket_dir(&self) -> &Path {
         self.process.dir()
-    }
-
-    /// The server's temp dir: its socket, its data dir `data/` and its log; removed on drop.
-    pub fn dir(&self) -> &Path {
-        self.process.dir()
-    }
-
-    /// The process id of the postmaster, or `None` once the server was killed or has exited.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Whether the server process is alive (a paused server is alive).
-    pub fn is_running(&self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Freezes the server and every backend with `SIGSTOP`: connections stay open but
-    /// nothing answers, not even a new connection, until [`resume`](Self::resume).
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn pause(&self) {
-        self.process.pause();
-    }
-
-    /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn resume(&self) {
-        self.process.resume();
-    }
-
-    /// Kills the server and its backends with `SIGKILL`, as a crash would, and waits until
-    /// they are gone: every connection drops. The data dir stays: [`restart`](Self::restart)
-    /// starts the server again from there, on the same port. Killing a server that is not
-    /// running does nothing.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Kills the server if it is running and starts it again on the same port with the same
-    /// data dir, which it recovers as after a crash: committed data survives, connections and
-    /// the session locks on them do not. Waits until it accepts connections. The log is kept
-    /// and appended to.
-    ///
-    /// # Panics
-    ///
-    /// If the server cannot be started again, e.g. because another process took the port.
-    #[track_caller]
-    pub fn restart(&mut self) {
-        if let Err(e) = self.try_restart() {
-            self.process.restart_failed(&e);
-        }
-    }
-
-    /// [`restart`](Self::restart) that returns the error instead of panicking.
-    pub fn try_restart(&mut self) -> Result<(), HarnessError> {
-        self.kill();
-        self.start()
     }
 
     /// Runs `sql` (one or more `;`-separated statements) with `psql` on the `postgres`
@@ -249,9 +177,19 @@ impl PostgresServer {
         psql(&self.bin, self.port(), sql, timeout)
     }
 
-    /// The server log so far: what `initdb` printed, then every run of the server.
+    /// [`TestServer::addr`], callable without the trait in scope.
+    pub fn addr(&self) -> SocketAddr {
+        TestServer::addr(self)
+    }
+
+    /// [`TestServer::kill`], callable without the trait in scope.
+    pub fn kill(&mut self) {
+        TestServer::kill(self);
+    }
+
+    /// [`TestServer::log`], callable without the trait in scope.
     pub fn log(&self) -> String {
-        self.process.log()
+        TestServer::log(self)
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -270,6 +208,18 @@ impl PostgresServer {
             "--locale=C",
         ]);
         self.process.setup(initdb, INIT_TIMEOUT, PACKAGE)
+    }
+}
+
+impl TestServer for PostgresServer {}
+
+impl Daemon for PostgresServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
     }
 
     /// Spawns `postgres` and waits until it accepts connections; on failure, leaves it

@@ -23,7 +23,7 @@ const BUFFER: usize = 16 * 1024;
 /// and closes nothing: a network that went silent.
 ///
 /// ```no_run
-/// use lock_tests::{RedisServer, TcpProxy};
+/// use lock_tests::{RedisServer, TcpProxy, TestServer};
 ///
 /// let server = RedisServer::spawn();
 /// let proxy = TcpProxy::start(server.addr()).unwrap();

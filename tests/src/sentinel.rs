@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::chain;
 use crate::server::info_field;
-use crate::{HarnessError, POLL_INTERVAL, RedisServer, ValueExt};
+use crate::{HarnessError, POLL_INTERVAL, RedisServer, TestServer, ValueExt};
 
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "locks";

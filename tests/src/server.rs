@@ -13,6 +13,7 @@ use redis::Value;
 
 use crate::daemon::{Kind, ServerProcess, bind_any_port, on_a_free_port};
 use crate::error::chain;
+use crate::test_server::{Daemon, TestServer};
 use crate::{HarnessError, ValueExt};
 
 /// The binary [`RedisServer::spawn`] runs, looked up on `PATH`.
@@ -45,6 +46,8 @@ const REDIS: Kind = Kind {
 /// It runs without persistence (`--save ""`, `--appendonly no`) in its own temp dir, which also
 /// holds its log. Dropping it kills the process (`SIGKILL`) and removes the dir; if the thread is
 /// panicking, the server log is printed to stderr first, each line prefixed with the port.
+/// Its port, process, faults and log are [`TestServer`]'s: [`kill`](TestServer::kill) loses
+/// its data, [`restart`](TestServer::restart) starts it empty.
 ///
 /// `RedisServer` is `Send + Sync`: share `&RedisServer` between threads freely.
 pub struct RedisServer {
@@ -160,84 +163,9 @@ impl RedisServer {
         })
     }
 
-    /// The server's TCP port on `127.0.0.1`.
-    pub fn port(&self) -> u16 {
-        self.process.port()
-    }
-
-    /// The server's socket address, `127.0.0.1:{port}`.
-    pub fn addr(&self) -> SocketAddr {
-        self.process.addr()
-    }
-
     /// The server's URL, `redis://127.0.0.1:{port}/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port())
-    }
-
-    /// The server's temp dir (its working dir, holding its log); removed on drop.
-    pub fn dir(&self) -> &Path {
-        self.process.dir()
-    }
-
-    /// The process id, or `None` once the server was killed or has exited.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Freezes the server with `SIGSTOP`: it keeps its connections but answers nothing until
-    /// [`resume`](Self::resume), so clients with a read timeout see that timeout.
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn pause(&self) {
-        self.process.pause();
-    }
-
-    /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn resume(&self) {
-        self.process.resume();
-    }
-
-    /// Kills the server with `SIGKILL` and waits for it to exit; its data is lost.
-    ///
-    /// The port stays this server's: [`restart`](Self::restart) starts it again there. Killing a
-    /// server that is not running does nothing.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Starts the server again on the same port with the same arguments and empty data (the
-    /// log is kept and appended to), killing it first if it is running; waits for `PING`.
-    ///
-    /// A cluster node keeps its `nodes.conf`, so it rejoins its cluster with its slots.
-    ///
-    /// # Panics
-    ///
-    /// If the server cannot be started again, e.g. because another process took the port.
-    #[track_caller]
-    pub fn restart(&mut self) {
-        if let Err(e) = self.try_restart() {
-            self.process.restart_failed(&e);
-        }
-    }
-
-    /// [`restart`](Self::restart) that returns the error instead of panicking.
-    pub fn try_restart(&mut self) -> Result<(), HarnessError> {
-        self.kill();
-        self.start()
-    }
-
-    /// Whether the server process is alive (a paused server is alive).
-    pub fn is_running(&self) -> bool {
-        self.process.is_running()
     }
 
     /// Sends one command over a fresh connection and reads the reply, with a 5 s timeout.
@@ -281,11 +209,21 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
-    /// The server log so far (every run of it, for a restarted server).
-    ///
-    /// It also holds what the process wrote to stdout and stderr, e.g. a config error.
-    pub fn log(&self) -> String {
-        self.process.log()
+    /// [`TestServer::kill`], callable without the trait in scope.
+    pub fn kill(&mut self) {
+        TestServer::kill(self);
+    }
+}
+
+impl TestServer for RedisServer {}
+
+impl Daemon for RedisServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
     }
 
     /// Spawns the process and waits until it answers `PING`; on failure, leaves it killed.

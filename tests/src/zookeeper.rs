@@ -6,7 +6,6 @@ use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use crate::daemon::{Kind, ServerProcess, bind_any_port, on_a_free_port};
 use crate::error::chain;
 use crate::process::Captured;
 use crate::server::spawn_error;
+use crate::test_server::{Daemon, TestServer};
 use crate::{HarnessError, POLL_INTERVAL};
 
 /// Where Debian installs Java libraries.
@@ -94,14 +94,15 @@ const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requ
 /// 10 s), empty CONTAINER znodes deleted within 100 ms, no admin server, and every
 /// four-letter word allowed. Dropping it kills the process (`SIGKILL`) and removes the dir;
 /// if the thread is panicking, the server log is printed to stderr first, each line
-/// prefixed with the port.
+/// prefixed with the port. Its port, process, faults and log are [`TestServer`]'s: its dir
+/// holds `zoo.cfg`, `data/` and its log; [`restart`](TestServer::restart) starts it again
+/// from its data.
 ///
 /// `ZooKeeperServer` is `Send + Sync`: share `&ZooKeeperServer` between threads freely.
 pub struct ZooKeeperServer {
     process: ServerProcess,
     /// An ensemble node: ready once it listens, as it cannot serve without a quorum.
     member: bool,
-    paused: AtomicBool,
 }
 
 impl ZooKeeperServer {
@@ -141,7 +142,6 @@ impl ZooKeeperServer {
         let server = ZooKeeperServer {
             process: ServerProcess::create(ZOOKEEPER, port)?,
             member: member.is_some(),
-            paused: AtomicBool::new(false),
         };
         let data = server.dir().join("data");
         let write = |path: &Path, text: &str| {
@@ -162,89 +162,10 @@ impl ZooKeeperServer {
         Ok(server)
     }
 
-    /// The client port on `127.0.0.1`.
-    pub fn port(&self) -> u16 {
-        self.process.port()
-    }
-
-    /// The client address, `127.0.0.1:{port}`.
-    pub fn addr(&self) -> SocketAddr {
-        self.process.addr()
-    }
-
     /// The connect string of this server alone, `127.0.0.1:{port}`; append a chroot such as
     /// `/app` to it if needed.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port())
-    }
-
-    /// The server's temp dir: its working dir, holding `zoo.cfg`, `data/` and its log;
-    /// removed on drop.
-    pub fn dir(&self) -> &Path {
-        self.process.dir()
-    }
-
-    /// The process id, or `None` once the server was killed or has exited.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.pid()
-    }
-
-    /// Whether the server process is alive (a paused server is alive).
-    pub fn is_running(&self) -> bool {
-        self.process.is_running()
-    }
-
-    /// Freezes the server with `SIGSTOP`: it keeps its connections but answers nothing
-    /// until [`resume`](Self::resume), so its clients' sessions time out.
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn pause(&self) {
-        self.process.pause();
-        self.paused.store(true, Ordering::Relaxed);
-    }
-
-    /// Resumes a server frozen by [`pause`](Self::pause) with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If the server is not running or the signal cannot be sent.
-    #[track_caller]
-    pub fn resume(&self) {
-        self.process.resume();
-        self.paused.store(false, Ordering::Relaxed);
-    }
-
-    /// Kills the server with `SIGKILL` and waits for it to exit. What it wrote to its data
-    /// dir stays: [`restart`](Self::restart) starts it again from there, on the same port.
-    /// Killing a server that is not running does nothing.
-    pub fn kill(&mut self) {
-        self.process.kill();
-        self.paused.store(false, Ordering::Relaxed);
-    }
-
-    /// Kills the server if it is running and starts it again on the same port with the same
-    /// data dir, as a real restart: znodes and sessions survive it (a session expires if its
-    /// client does not come back within its timeout). Waits as [`spawn`](Self::spawn)
-    /// does; an ensemble node, until it listens (see
-    /// [`ZooKeeperEnsemble::wait_quorum`]). The log is kept and appended to.
-    ///
-    /// # Panics
-    ///
-    /// If the server cannot be started again, e.g. because another process took the port.
-    #[track_caller]
-    pub fn restart(&mut self) {
-        if let Err(e) = self.try_restart() {
-            self.process.restart_failed(&e);
-        }
-    }
-
-    /// [`restart`](Self::restart) that returns the error instead of panicking.
-    pub fn try_restart(&mut self) -> Result<(), HarnessError> {
-        self.kill();
-        self.start()
     }
 
     /// Sends a four-letter word (e.g. `"mntr"`, `"srvr"`, `"cons"`, `"dump"`) over a fresh
@@ -265,7 +186,7 @@ impl ZooKeeperServer {
     /// What the server is now: `"standalone"`, `"leader"` or `"follower"` (from `srvr`'s
     /// `Mode:`), or `None` if it does not serve: not in a quorum, killed or paused.
     pub fn mode(&self) -> Option<String> {
-        if !self.is_running() || self.paused.load(Ordering::Relaxed) {
+        if !self.is_running() || self.process.is_paused() {
             return None;
         }
         serving_mode(self.port())
@@ -325,11 +246,17 @@ impl ZooKeeperServer {
             .collect::<Vec<_>>()
             .join("\n"))
     }
+}
 
-    /// The server log so far (every run of it, for a restarted server): what the JVM wrote
-    /// to stdout and stderr.
-    pub fn log(&self) -> String {
-        self.process.log()
+impl TestServer for ZooKeeperServer {}
+
+impl Daemon for ZooKeeperServer {
+    fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
     }
 
     /// Spawns the JVM and waits until the server is ready; on failure, leaves it killed.
@@ -530,7 +457,7 @@ impl ZooKeeperEnsemble {
             let modes: Vec<Option<String>> = self.nodes.iter().map(ZooKeeperServer::mode).collect();
             let leaders = modes.iter().flatten().filter(|m| *m == "leader").count();
             let stragglers = self.nodes.iter().zip(&modes).any(|(node, mode)| {
-                node.is_running() && !node.paused.load(Ordering::Relaxed) && mode.is_none()
+                node.is_running() && !node.process.is_paused() && mode.is_none()
             });
             if leaders == 1 && !stragglers {
                 return Ok(());
@@ -543,7 +470,7 @@ impl ZooKeeperEnsemble {
                     .map(|(node, mode)| {
                         let state = match mode {
                             Some(mode) => mode.as_str(),
-                            None if node.paused.load(Ordering::Relaxed) => "paused",
+                            None if node.process.is_paused() => "paused",
                             None if node.is_running() => "not serving",
                             None => "not running",
                         };

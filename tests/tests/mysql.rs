@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::backend::MySqlStore;
 use lock_core::backend::mysql::NameMapping;
 use lock_core::{LockOptions, Locker};
-use lock_tests::{MariaDbServer, TcpProxy};
+use lock_tests::{MariaDbServer, TcpProxy, TestServer};
 use mysql_async::prelude::Queryable;
 use tokio::time::{Instant, timeout};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::connect;
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
-use lock_tests::{RedisServer, ValueExt};
+use lock_tests::{RedisServer, TestServer, ValueExt};
 use tokio::time::{Instant, sleep};
 
 mod common;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::backend::PostgresStore;
 use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
 use lock_core::{LockKind, LockOptions, Locker};
-use lock_tests::{PostgresServer, TcpProxy, eventually};
+use lock_tests::{PostgresServer, TcpProxy, TestServer, eventually};
 use tokio::time::{Instant, timeout};
 use tokio_postgres::{Client, NoTls};
 

@@ -11,7 +11,9 @@ use std::time::Duration;
 use common::connect;
 use lock_core::backend::RedisStore;
 use lock_core::{LockError, LockGuard, LockKind, LockOptions, Locker};
-use lock_tests::{RedisServer, ValueExt, eventually, lock_exists, lock_key, subscribed_lockers};
+use lock_tests::{
+    RedisServer, TestServer, ValueExt, eventually, lock_exists, lock_key, subscribed_lockers,
+};
 use tokio::time::{Instant, timeout};
 
 mod common;

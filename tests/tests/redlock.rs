@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, LockGuard, LockOptions, Locker};
-use lock_tests::{RedisServer, ValueExt, eventually, lock_holder, lock_key};
+use lock_tests::{RedisServer, TestServer, ValueExt, eventually, lock_holder, lock_key};
 use tokio::time::{Instant, sleep, timeout};
 
 const MASTERS: usize = 5;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, Locker};
-use lock_tests::{RedisServer, ValueExt, lock_holder};
+use lock_tests::{RedisServer, TestServer, ValueExt, lock_holder};
 
 #[path = "common/wake.rs"]
 mod wake;

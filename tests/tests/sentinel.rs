@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{MASTER_NAME, RedisSentinel, lock_holder};
+use lock_tests::{MASTER_NAME, RedisSentinel, TestServer, lock_holder};
 use tokio::time::timeout;
 
 const LEASE: Duration = Duration::from_secs(2);

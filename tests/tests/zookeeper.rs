@@ -10,7 +10,8 @@ use std::time::Duration;
 use lock_core::backend::ZooKeeperStore;
 use lock_core::{LockKind, LockOptions, Locker};
 use lock_tests::{
-    CuratorLock, CuratorPeer, TcpProxy, ZooKeeperEnsemble, ZooKeeperServer, eventually, wait_until,
+    CuratorLock, CuratorPeer, TcpProxy, TestServer, ZooKeeperEnsemble, ZooKeeperServer, eventually,
+    wait_until,
 };
 use tokio::time::{Instant, sleep, timeout};
 

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_tests::{PostgresServer, RedisServer, ValueExt};
+use lock_tests::{PostgresServer, RedisServer, TestServer, ValueExt};
 
 use crate::ledger::{self, Event, KeyTally};
 use crate::options::Options;

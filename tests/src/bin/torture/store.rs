@@ -9,7 +9,7 @@ use lock_core::backend::{MySqlStore, PostgresStore, ZooKeeperStore};
 use lock_core::{LockError, Locker};
 use lock_tests::{
     MASTER_NAME, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer, TcpProxy,
-    ZooKeeperEnsemble, ZooKeeperServer,
+    TestServer, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 /// How many independent masters a RedLock scenario runs.

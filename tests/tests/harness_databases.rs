@@ -3,7 +3,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_tests::{HarnessError, MariaDbServer, PostgresServer, wait_until};
+use lock_tests::{HarnessError, MariaDbServer, PostgresServer, TestServer, wait_until};
 
 /// The ports of the servers this machine may run for other uses: a test server never has one.
 const SYSTEM_PORTS: [u16; 2] = [5432, 3306];

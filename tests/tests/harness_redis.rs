@@ -1,10 +1,12 @@
-//! Tests of the harness itself, against real `redis-server` processes.
+//! The Redis harness: servers, clusters, the TCP proxy and `wait_until` behave as documented.
 
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use lock_tests::{HarnessError, RedisCluster, RedisServer, TcpProxy, ValueExt, wait_until};
+use lock_tests::{
+    HarnessError, RedisCluster, RedisServer, TcpProxy, TestServer, ValueExt, wait_until,
+};
 use redis::{Parser, Value};
 
 const SHORT: Duration = Duration::from_millis(200);
@@ -19,7 +21,7 @@ fn ping(server: &RedisServer) -> Value {
 }
 
 #[test]
-fn spawn_answers_ping_and_set_get() {
+fn a_redis_server_serves_on_its_own_port() {
     let server = RedisServer::spawn();
     assert!(server.is_running());
     assert_ne!(
@@ -50,7 +52,7 @@ fn spawn_answers_ping_and_set_get() {
 }
 
 #[test]
-fn error_replies_are_values() {
+fn an_error_reply_is_a_value() {
     let server = RedisServer::spawn();
     server.cmd(&["SET", "k", "not a number"]).unwrap();
     let reply = server.cmd(&["INCR", "k"]).unwrap();
@@ -72,7 +74,7 @@ fn error_replies_are_values() {
 }
 
 #[test]
-fn two_servers_have_distinct_ports_dirs_and_data() {
+fn two_redis_servers_in_parallel_do_not_collide() {
     let a = RedisServer::spawn();
     let b = RedisServer::spawn();
     assert_ne!(a.port(), b.port());
@@ -86,7 +88,7 @@ fn two_servers_have_distinct_ports_dirs_and_data() {
 }
 
 #[test]
-fn spawn_with_passes_extra_args() {
+fn extra_args_reach_the_server() {
     let server = RedisServer::spawn_with(&["--maxmemory", "10mb"]);
     let reply = server.cmd(&["CONFIG", "GET", "maxmemory"]).unwrap();
     assert_eq!(
@@ -106,7 +108,7 @@ fn invalid_args_report_the_exit_and_the_log() {
 }
 
 #[test]
-fn kill_then_restart_gives_an_empty_server_on_the_same_port() {
+fn a_redis_restart_keeps_the_port_not_the_data() {
     let mut server = RedisServer::spawn();
     let port = server.port();
     let pid = server.pid().unwrap();
@@ -144,7 +146,7 @@ fn kill_then_restart_gives_an_empty_server_on_the_same_port() {
 }
 
 #[test]
-fn restart_of_a_running_server_kills_it_first() {
+fn a_restart_of_a_running_server_kills_it_first() {
     let mut server = RedisServer::spawn();
     server.cmd(&["SET", "k", "v"]).unwrap();
     let pid = server.pid();
@@ -154,7 +156,7 @@ fn restart_of_a_running_server_kills_it_first() {
 }
 
 #[test]
-fn pause_freezes_connected_clients_and_resume_releases_them() {
+fn a_paused_redis_answers_nothing_until_resumed() {
     let server = RedisServer::spawn();
     let stream = TcpStream::connect(server.addr()).unwrap();
     stream.set_read_timeout(Some(SHORT)).unwrap();
@@ -185,7 +187,7 @@ fn pause_freezes_connected_clients_and_resume_releases_them() {
 }
 
 #[test]
-fn raw_timeout_is_a_std_timeout() {
+fn a_paused_server_gives_a_raw_client_a_read_timeout() {
     // What a client under test sees from a paused server: an io timeout, not an EOF.
     let server = RedisServer::spawn();
     let mut stream = TcpStream::connect(server.addr()).unwrap();
@@ -207,7 +209,7 @@ fn raw_timeout_is_a_std_timeout() {
 }
 
 #[test]
-fn kill_while_paused() {
+fn a_paused_server_can_be_killed_and_restarted() {
     let mut server = RedisServer::spawn();
     server.pause();
     server.kill();
@@ -272,7 +274,7 @@ fn servers_can_be_shared_between_threads() {
 }
 
 #[test]
-fn missing_binary_gives_one_line() {
+fn a_missing_binary_is_one_line_that_says_what_to_install() {
     let err = RedisServer::try_spawn_from("redis-server-lock-tests-missing", &[]).unwrap_err();
     assert!(err.is_binary_not_found(), "{err:?}");
     let message = err.to_string();
@@ -348,7 +350,7 @@ fn wait_until_panics_after_the_deadline() {
 }
 
 #[test]
-fn cluster_serves_every_slot() {
+fn a_cluster_serves_every_slot() {
     let cluster = RedisCluster::spawn();
     assert_eq!(cluster.nodes().len(), 3);
     let urls = cluster.urls();
@@ -390,7 +392,7 @@ fn cluster_serves_every_slot() {
 }
 
 #[test]
-fn cluster_node_restart_rejoins() {
+fn a_restarted_cluster_node_rejoins_with_its_slots() {
     let mut cluster = RedisCluster::spawn();
     let owner = cluster.node_for_key("k");
     let port = cluster.nodes()[owner].port();

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lock_tests::{
-    CuratorLock, CuratorPeer, HarnessError, ZooKeeperEnsemble, ZooKeeperServer, wait_until,
+    CuratorLock, CuratorPeer, HarnessError, TestServer, ZooKeeperEnsemble, ZooKeeperServer,
+    wait_until,
 };
 
 /// Deadline of a Curator run: JVM start, connect, and every iteration.
@@ -24,7 +25,7 @@ fn read_counter(path: &Path) -> u64 {
 }
 
 #[test]
-fn a_standalone_server_serves_on_its_own_port() {
+fn a_zookeeper_server_serves_on_its_own_port() {
     let started = Instant::now();
     let server = ZooKeeperServer::spawn();
     eprintln!("standalone ZooKeeper serving after {:?}", started.elapsed());
@@ -58,7 +59,7 @@ fn znode_count_follows_creates_and_deletes() {
 }
 
 #[test]
-fn restart_keeps_the_port_and_the_znodes() {
+fn a_zookeeper_restart_keeps_the_port_and_the_znodes() {
     let mut server = ZooKeeperServer::spawn();
     let port = server.port();
     let pid = server.pid().unwrap();
@@ -83,7 +84,7 @@ fn restart_keeps_the_port_and_the_znodes() {
 }
 
 #[test]
-fn restart_keeps_the_sessions() {
+fn a_zookeeper_restart_keeps_the_sessions() {
     let mut server = ZooKeeperServer::spawn();
     let peer = CuratorPeer::compile();
     let counter = counter_in(&peer);
@@ -124,7 +125,7 @@ fn session_ids(server: &ZooKeeperServer) -> Vec<String> {
 }
 
 #[test]
-fn a_paused_server_answers_nothing_until_resumed() {
+fn a_paused_zookeeper_answers_nothing_until_resumed() {
     let server = ZooKeeperServer::spawn();
     server.pause();
     assert!(server.is_running());
