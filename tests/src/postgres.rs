@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::fs;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -175,21 +174,6 @@ impl PostgresServer {
             return Err(HarnessError::NotRunning { port: self.port() });
         }
         psql(&self.bin, self.port(), sql, timeout)
-    }
-
-    /// [`TestServer::addr`], callable without the trait in scope.
-    pub fn addr(&self) -> SocketAddr {
-        TestServer::addr(self)
-    }
-
-    /// [`TestServer::kill`], callable without the trait in scope.
-    pub fn kill(&mut self) {
-        TestServer::kill(self);
-    }
-
-    /// [`TestServer::log`], callable without the trait in scope.
-    pub fn log(&self) -> String {
-        TestServer::log(self)
     }
 
     fn data_dir(&self) -> PathBuf {

@@ -208,11 +208,6 @@ impl RedisServer {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     }
-
-    /// [`TestServer::kill`], callable without the trait in scope.
-    pub fn kill(&mut self) {
-        TestServer::kill(self);
-    }
 }
 
 impl TestServer for RedisServer {}

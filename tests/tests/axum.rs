@@ -24,7 +24,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lock_axum::{HeldLock, LockLayer, LockRejection};
 use lock_core::{LockKind, LockOptions, Locker};
-use lock_tests::{RedisServer, ValueExt, eventually};
+use lock_tests::{RedisServer, TestServer, ValueExt, eventually};
 use tokio::sync::{Barrier, mpsc};
 
 /// The bound of every wait on a condition in this file.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockOptions, Locker};
-use lock_tests::{RedisCluster, eventually, lock_key};
+use lock_tests::{RedisCluster, TestServer, eventually, lock_key};
 
 #[path = "common/wake.rs"]
 mod wake;

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::http::{Method, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use lock_core::{LockGuard, LockKind, LockOptions};
-use lock_tests::{PostgresServer, RedisServer, eventually};
+use lock_tests::{PostgresServer, RedisServer, TestServer, eventually};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;

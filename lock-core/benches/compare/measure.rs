@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::redis::redis::{self, aio::MultiplexedConnection};
-use lock_tests::{PostgresServer, ZooKeeperServer};
+use lock_tests::{PostgresServer, TestServer, ZooKeeperServer};
 use zookeeper_client as zk;
 
 use crate::systems::connection;

@@ -12,7 +12,7 @@
 //!   of [`super::read_heavy`] on one `Locker`.
 
 use lock_core::Locker;
-use lock_tests::PostgresServer;
+use lock_tests::{PostgresServer, TestServer};
 
 use super::handoff::{TASKS, relay, relay_row};
 use super::uncontended::cycles;
