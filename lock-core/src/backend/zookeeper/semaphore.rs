@@ -144,18 +144,15 @@ async fn wait_for_room(
         let older = match contenders.first() {
             Some(Contender { name, .. }) => {
                 let first = format!("{dir}/{name}");
-                match session.retry(|| session.client.check_stat(&first)).await? {
-                    // Made after the lease: it waits for the lease.
-                    Some(stat) if zxid(stat) > fence => None,
-                    Some(_) => match session
-                        .retry(|| session.client.get_and_watch_data(&first))
-                        .await
-                    {
-                        Ok((_, _, watcher)) => Some(watcher),
-                        Err(zk::Error::NoNode) => continue,
-                        Err(e) => return Err(e),
-                    },
-                    None => continue,
+                match session
+                    .retry(|| session.client.get_and_watch_data(&first))
+                    .await
+                {
+                    // Made after the lease, it waits for the lease.
+                    Ok((_, stat, _)) if zxid(stat) > fence => None,
+                    Ok((_, _, watcher)) => Some(watcher),
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(e),
                 }
             }
             None => None,
