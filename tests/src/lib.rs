@@ -124,7 +124,6 @@ mod deadline;
 mod error;
 mod keys;
 mod mariadb;
-mod paused;
 mod postgres;
 mod process;
 mod proxy;
@@ -145,10 +144,6 @@ pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscrib
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;
-pub use paused::{
-    a_call_paused_mid_wait_hands_out_no_lost_guard, a_paused_holder_frees_its_lock,
-    a_resumed_holder_claims_nothing,
-};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use reply::ValueExt;

@@ -19,6 +19,9 @@ mod common;
 
 /// How long a cut pub/sub connection may take to be opened again.
 const RESUBSCRIBED: Duration = Duration::from_secs(10);
+/// The lease of the sessions that the paused-holder checks pause a holder past: long
+/// enough that a loaded machine keeps them, short enough to outlast in a test.
+const SESSION_LEASE: Duration = Duration::from_secs(2);
 
 /// One [`MemoryStore`], shared by every `Locker` of a test.
 #[derive(Debug)]
@@ -87,6 +90,19 @@ impl StoreUnderTest for MemorySessions {
             .downcast_ref::<MemoryStore>()
             .expect("a Locker of this store under test");
         session.end_session().await;
+    }
+
+    fn session_lease(&self) -> Option<Duration> {
+        Some(SESSION_LEASE)
+    }
+
+    /// A Locker on a [`MemoryStore::leased_session`].
+    async fn leased_locker(&self) -> Locker {
+        Locker::builder()
+            .store(Arc::new(self.locks.leased_session(SESSION_LEASE)))
+            .build()
+            .await
+            .expect("a Locker on a leased session of the shared memory store")
     }
 }
 
@@ -248,6 +264,20 @@ impl StoreUnderTest for ZooKeeper {
             .expect("a Locker of this store under test");
         store.end_session().await;
     }
+
+    fn session_lease(&self) -> Option<Duration> {
+        Some(SESSION_LEASE)
+    }
+
+    async fn leased_locker(&self) -> Locker {
+        let store =
+            ZooKeeperStore::builder(&self.server.connect_string()).session_timeout(SESSION_LEASE);
+        Locker::builder()
+            .store(store)
+            .build()
+            .await
+            .expect("connect to the test zookeeper server")
+    }
 }
 
 /// A PostgreSQL server of the test's own; each `Locker` opens sessions of its own on it.
@@ -287,6 +317,19 @@ impl StoreUnderTest for Postgres {
             .expect("a Locker of this store under test");
         store.end_session().await;
     }
+
+    fn session_lease(&self) -> Option<Duration> {
+        Some(SESSION_LEASE)
+    }
+
+    async fn leased_locker(&self) -> Locker {
+        let store = PostgresStore::builder(&self.server.url()).session_lease(SESSION_LEASE);
+        Locker::builder()
+            .store(store)
+            .build()
+            .await
+            .expect("connect to the test postgres server")
+    }
 }
 
 /// A MariaDB server of the test's own; each `Locker` opens sessions of its own on it.
@@ -325,6 +368,19 @@ impl StoreUnderTest for MariaDb {
             .downcast_ref::<MySqlStore>()
             .expect("a Locker of this store under test");
         store.end_session().await;
+    }
+
+    fn session_lease(&self) -> Option<Duration> {
+        Some(SESSION_LEASE)
+    }
+
+    async fn leased_locker(&self) -> Locker {
+        let store = MySqlStore::builder(&self.server.url()).session_lease(SESSION_LEASE);
+        Locker::builder()
+            .store(store)
+            .build()
+            .await
+            .expect("connect to the test mariadb server")
     }
 }
 

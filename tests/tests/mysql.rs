@@ -1,14 +1,14 @@
 //! The MySQL store, on MariaDB, against what the conformance suite cannot show: the
 //! `mariadb` command-line client sharing a lock under DistributedLock's name, sessions
 //! ended by `KILL` or a server restart (fencing tokens kept), permits coming back from a
-//! killed session and counted with a foreign client's, a paused holder losing its locks
-//! one lease later, and a fenced counter that loses no update while holders are killed.
+//! killed session and counted with a foreign client's, calls that end by their deadline
+//! while the server is silent, and a fenced counter that loses no update while holders
+//! are killed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_core::backend::MySqlStore;
 use lock_core::backend::mysql::NameMapping;
 use lock_core::{LockOptions, Locker};
 use lock_tests::{MariaDbServer, TcpProxy, TestServer};
@@ -191,32 +191,6 @@ async fn permits_of_a_killed_session_come_back_and_a_foreign_client_counts() {
     foreign.disconnect().await.unwrap();
 }
 
-#[test]
-fn a_paused_holder_loses_its_locks_about_one_lease_later() {
-    let server = MariaDbServer::spawn();
-    let url = server.url();
-    let lease = Duration::from_secs(1);
-    lock_tests::a_paused_holder_frees_its_lock(lease, move || leased(url.clone(), lease));
-}
-
-#[test]
-fn a_holder_paused_past_its_lease_claims_nothing_once_it_runs_again() {
-    let server = MariaDbServer::spawn();
-    let url = server.url();
-    let lease = Duration::from_secs(2);
-    lock_tests::a_resumed_holder_claims_nothing(lease, move || leased(url.clone(), lease));
-}
-
-#[test]
-fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
-    let server = MariaDbServer::spawn();
-    let url = server.url();
-    let lease = Duration::from_secs(2);
-    lock_tests::a_call_paused_mid_wait_hands_out_no_lost_guard(lease, move || {
-        leased(url.clone(), lease)
-    });
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_end_by_their_deadline_while_the_server_is_paused() {
     let server = MariaDbServer::spawn();
@@ -242,20 +216,6 @@ async fn calls_end_by_their_deadline_while_the_network_is_silent() {
         || proxy.resume(),
     )
     .await;
-}
-
-/// A `Locker` on the server at `url` whose sessions have `lease`.
-async fn leased(url: String, lease: Duration) -> Locker {
-    let store = MySqlStore::builder(&url)
-        .session_lease(lease)
-        .build()
-        .await
-        .unwrap();
-    Locker::builder()
-        .store(Arc::new(store))
-        .build()
-        .await
-        .unwrap()
 }
 
 /// Holders on two `Locker`s increment a counter kept in the database, fenced (each holder

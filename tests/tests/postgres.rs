@@ -1,7 +1,8 @@
 //! The PostgreSQL store against what the conformance suite cannot show: a foreign client
-//! sharing a lock by DistributedLock's key, sessions ended by the server or its restart (fencing tokens kept), a paused
-//! holder losing its locks one lease later; many tasks within the connection bound; and
-//! a name's reads and permits kept apart, with what that rests on.
+//! sharing a lock by DistributedLock's key, sessions ended by the server or its restart
+//! (fencing tokens kept), calls that end by their deadline while the server is silent;
+//! many tasks within the connection bound; and a name's reads and permits kept apart,
+//! with what that rests on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -200,32 +201,6 @@ async fn a_terminated_backend_loses_every_hold_on_it_at_once() {
     assert!(again.fencing_token() > first.fencing_token());
 }
 
-#[test]
-fn a_paused_holder_loses_its_locks_about_one_lease_later() {
-    let server = PostgresServer::spawn();
-    let url = server.url();
-    let lease = Duration::from_secs(1);
-    lock_tests::a_paused_holder_frees_its_lock(lease, move || leased(url.clone(), lease));
-}
-
-#[test]
-fn a_holder_paused_past_its_lease_claims_nothing_once_it_runs_again() {
-    let server = PostgresServer::spawn();
-    let url = server.url();
-    let lease = Duration::from_secs(2);
-    lock_tests::a_resumed_holder_claims_nothing(lease, move || leased(url.clone(), lease));
-}
-
-#[test]
-fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
-    let server = PostgresServer::spawn();
-    let url = server.url();
-    let lease = Duration::from_secs(2);
-    lock_tests::a_call_paused_mid_wait_hands_out_no_lost_guard(lease, move || {
-        leased(url.clone(), lease)
-    });
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_end_by_their_deadline_while_the_server_is_paused() {
     let server = PostgresServer::spawn();
@@ -251,20 +226,6 @@ async fn calls_end_by_their_deadline_while_the_network_is_silent() {
         || proxy.resume(),
     )
     .await;
-}
-
-/// A `Locker` on the server at `url` whose sessions have `lease`.
-async fn leased(url: String, lease: Duration) -> Locker {
-    let store = PostgresStore::builder(&url)
-        .session_lease(lease)
-        .build()
-        .await
-        .unwrap();
-    Locker::builder()
-        .store(Arc::new(store))
-        .build()
-        .await
-        .unwrap()
 }
 
 /// At scale, 1,000 tasks waiting on 100 keys, each held in turn, never open more

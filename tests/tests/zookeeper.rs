@@ -677,33 +677,9 @@ async fn a_lock_passed_back_and_forth_survives_a_lost_leader() {
     drop(ensemble);
 }
 
-/// A `Locker` on `connect` whose sessions time out after [`SESSION`], as the shared
-/// session-store checks make theirs.
+/// A `Locker` on `connect` whose sessions time out after [`SESSION`].
 async fn timed_out(connect: String) -> Locker {
     locker(&connect, SESSION).await
-}
-
-#[test]
-fn a_paused_holder_loses_its_locks_about_one_session_timeout_later() {
-    let server = ZooKeeperServer::spawn();
-    let connect = server.connect_string();
-    lock_tests::a_paused_holder_frees_its_lock(SESSION, move || timed_out(connect.clone()));
-}
-
-#[test]
-fn a_holder_paused_past_its_session_timeout_claims_nothing_once_it_runs_again() {
-    let server = ZooKeeperServer::spawn();
-    let connect = server.connect_string();
-    lock_tests::a_resumed_holder_claims_nothing(SESSION, move || timed_out(connect.clone()));
-}
-
-#[test]
-fn a_call_paused_while_it_waits_hands_out_no_guard_already_lost() {
-    let server = ZooKeeperServer::spawn();
-    let connect = server.connect_string();
-    lock_tests::a_call_paused_mid_wait_hands_out_no_lost_guard(SESSION, move || {
-        timed_out(connect.clone())
-    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

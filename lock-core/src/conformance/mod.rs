@@ -45,7 +45,8 @@
 //! first-come-first-served order, a hold that ends (a lease that runs out, or a session
 //! that ends) cancelling `with_lock`, dropped guards and dropped acquires, reentrancy,
 //! bad keys and kinds a store lacks; then the read-write lock ([`readers_overlap`] and
-//! the rest), the semaphore, holds and permits of one name, and what an operator sees and
+//! the rest), the semaphore, holds and permits of one name, a holder paused past its
+//! session's lease ([`a_paused_holder_frees_its_lock`] and the rest), and what an operator sees and
 //! does ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
 //! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]). A test of a kind or
 //! an operation that the store lacks ([`crate::LockError::Unsupported`], or the `Config`
@@ -73,6 +74,7 @@ mod exclusion;
 mod fair;
 mod inspect;
 mod one_name;
+mod paused;
 mod read_write;
 mod reentrancy;
 mod refusals;
@@ -85,6 +87,7 @@ pub use exclusion::*;
 pub use fair::*;
 pub use inspect::*;
 pub use one_name::*;
+pub use paused::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use refusals::*;
@@ -139,6 +142,24 @@ pub trait StoreUnderTest: Send + Sync + 'static {
         async { panic!("a store whose holds are sessions must say how to end one") }
     }
 
+    /// How long a session of the `Locker`s that [`leased_locker`](Self::leased_locker)
+    /// makes outlives the last sign of life of the process that opened it: a session
+    /// lease, ZooKeeper's session timeout. `None` (the default) when the store's sessions
+    /// have none, and the paused-holder checks ([`a_paused_holder_frees_its_lock`] and
+    /// the rest) have nothing to check.
+    fn session_lease(&self) -> Option<Duration> {
+        None
+    }
+
+    /// One more `Locker` on the store whose sessions have
+    /// [`session_lease`](Self::session_lease), made on the runtime that will run it.
+    /// Called only when that is `Some`; the default panics.
+    fn leased_locker(&self) -> impl Future<Output = Locker> + Send {
+        async {
+            panic!("a store whose sessions have a lease must say how to make a Locker on them")
+        }
+    }
+
     /// Once a waiter of `locker` for `key` listens for its wake-ups, cuts what delivers
     /// them (Redis: the pub/sub connection), as a network fault would, and returns once
     /// the store listens again by itself: `true`. `false` (the default) when the store
@@ -191,6 +212,9 @@ macro_rules! conformance {
             dropped_guards_of_every_kind_free_their_hold,
             holds_and_permits_of_one_name_never_overlap,
             an_exclusive_lock_is_not_starved_by_a_busy_semaphore,
+            a_paused_holder_frees_its_lock,
+            a_resumed_holder_claims_nothing,
+            a_call_paused_mid_wait_hands_out_no_lost_guard,
             force_unlock_frees_a_held_lock_and_its_holder_learns_of_it,
             inspect_shows_the_holder_of_a_lock_and_who_waits,
             inspect_counts_readers_and_permits,

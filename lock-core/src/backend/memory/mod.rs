@@ -59,8 +59,10 @@ use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 ///
 /// Its holds are leases, as on Redis. [`session`](Self::session) gives another handle on
 /// the same locks whose holds last as long as a session instead, as a session store's
-/// (ZooKeeper, a database) do, and [`end_session`](Self::end_session) ends it: for
-/// testing what code on such a store sees.
+/// (ZooKeeper, a database) do, and [`end_session`](Self::end_session) ends it;
+/// [`leased_session`](Self::leased_session) gives one whose session also ends when its
+/// runtime stops running for a lease, as a paused process's does: for testing what code
+/// on such a store sees.
 #[derive(Debug)]
 pub struct MemoryStore {
     locks: Arc<Locks>,
