@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::block_in_place;
 
-use super::StoreUnderTest;
-use crate::{LockError, LockGuard, LockOptions};
+use super::{StoreUnderTest, eventually};
+use crate::{LockError, LockGuard, LockOptions, Locker};
 
 /// How long another `Locker` waits for the paused holder's lock.
 const WAIT: Duration = Duration::from_secs(5);
@@ -129,7 +129,8 @@ pub async fn a_call_paused_mid_wait_hands_out_no_lost_guard(store: &impl StoreUn
     let test = Handle::current();
     let (held, while_other_holds) = block_in_place(|| {
         thread::scope(|scope| {
-            let (waiting_tx, waiting_rx) = mpsc::channel();
+            let (pause_tx, pause_rx) = tokio::sync::oneshot::channel();
+            let (paused_tx, paused_rx) = mpsc::channel();
             let (resumed_tx, resumed_rx) = tokio::sync::oneshot::channel();
             let caller = scope.spawn(move || {
                 let runtime = own_runtime();
@@ -142,18 +143,25 @@ pub async fn a_call_paused_mid_wait_hands_out_no_lost_guard(store: &impl StoreUn
                     guard.release().await?;
                     Ok::<_, LockError>((held, while_other_holds))
                 };
-                runtime.block_on(async {
-                    let mut call = std::pin::pin!(call);
-                    // Long enough for the call to be waiting inside the store.
-                    let waited = tokio::time::timeout(lease / 2, call.as_mut()).await;
-                    assert!(waited.is_err(), "the call did not wait for the held lock");
-                    waiting_tx.send(()).unwrap();
-                    thread::sleep(lease * 3);
-                    let _ = resumed_tx.send(());
-                    call.await
-                })
+                let mut call = std::pin::pin!(call);
+                let ended = runtime.block_on(async {
+                    tokio::select! {
+                        ended = call.as_mut() => Some(ended),
+                        _ = pause_rx => None,
+                    }
+                });
+                assert!(
+                    ended.is_none(),
+                    "the call did not wait for the held lock: {ended:?}"
+                );
+                paused_tx.send(()).unwrap();
+                thread::sleep(lease * 3);
+                let _ = resumed_tx.send(());
+                runtime.block_on(call)
             });
-            waiting_rx
+            test.block_on(until_waiting(&locker, "granted", lease / 2));
+            let _ = pause_tx.send(());
+            paused_rx
                 .recv()
                 .expect("the paused caller's thread ended before it waited");
             test.block_on(async {
@@ -203,6 +211,21 @@ fn hold_then_pause<'scope, S: StoreUnderTest>(
         .recv()
         .expect("the paused holder's thread ended before it held the lock");
     holder
+}
+
+/// Returns once `locker`'s store counts a task waiting for `key`, within [`WAIT`]; where
+/// it counts none, once a waiter has had `otherwise` to get there.
+async fn until_waiting(locker: &Locker, key: &str, otherwise: Duration) {
+    let waiting = || async {
+        let info = locker.inspect(key).await.ok().flatten();
+        info.and_then(|info| info.waiting)
+    };
+    if waiting().await.is_none() {
+        tokio::time::sleep(otherwise).await;
+        return;
+    }
+    let counted = || async { waiting().await.is_some_and(|n| n >= 1) };
+    eventually(WAIT, "the call to wait for the lock", counted).await;
 }
 
 /// A runtime of one thread, the one it is made on: stopping that thread stops it.
