@@ -9,8 +9,9 @@
 //! own, plugged in with [`LockerBuilder::store`](crate::LockerBuilder::store), as an `Arc`
 //! or as its builder (see [`IntoStore`]).
 //! Each store owns its settings: a Redis store's are on its [builder](RedisStoreBuilder),
-//! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) (as
-//! [`Locker::connect`](crate::Locker::connect)) are shorthands for it.
+//! and the Redis methods of [`LockerBuilder`](crate::LockerBuilder) are shorthands for
+//! it. One url picks any store by its scheme ([`LockerBuilder::url`](crate::LockerBuilder::url),
+//! [`Locker::connect`](crate::Locker::connect)), in one table (`scheme.rs`).
 //! The `Locker` does everything that is the same for every store (checking keys, options
 //! and kinds, reentrancy, guards, the watchdog that renews leases, releasing dropped
 //! guards, bounding every call by its wait); the store takes, keeps and gives back holds.
@@ -187,6 +188,7 @@ pub mod redis;
 #[cfg(any(feature = "redis", test))]
 pub(crate) mod redlock;
 pub(crate) mod release;
+mod scheme;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql;
 pub(crate) mod store;

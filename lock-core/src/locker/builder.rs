@@ -163,16 +163,7 @@ impl fmt::Debug for LockerBuilder {
 impl LockerBuilder {
     /// Keep the locks in this process's memory (see [`Locker::in_memory`]).
     pub fn in_memory(self) -> Self {
-        self.choose(
-            IN_MEMORY,
-            Box::new(|shared: Shared| {
-                Box::pin(async move {
-                    let fence_ttl = options::fence_ttl(shared.fence_ttl)?;
-                    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_fence_ttl(fence_ttl));
-                    Ok(store)
-                })
-            }),
-        )
+        self.memory_by(IN_MEMORY)
     }
 
     /// Keep the locks in `store`: a store built already, in an `Arc` (a
@@ -233,6 +224,20 @@ impl LockerBuilder {
         let chosen = sole(self.chosen, only_for)?;
         let store = (chosen.make)(self.shared).await?;
         Ok(Locker::on(store, defaults, max_key_len))
+    }
+
+    /// This builder with a store in this process's memory chosen by `by`.
+    pub(crate) fn memory_by(self, by: ChosenBy) -> Self {
+        self.choose(
+            by,
+            Box::new(|shared: Shared| {
+                Box::pin(async move {
+                    let fence_ttl = options::fence_ttl(shared.fence_ttl)?;
+                    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_fence_ttl(fence_ttl));
+                    Ok(store)
+                })
+            }),
+        )
     }
 
     /// This builder with `store` chosen by the shorthand `by`.

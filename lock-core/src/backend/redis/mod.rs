@@ -3,7 +3,8 @@
 //! its [`RedisStoreBuilder`]), and over N independent masters (RedLock:
 //! [`RedLockStore`], configured by its [`RedLockStoreBuilder`]). The Redis methods of
 //! [`Locker`](crate::Locker) and [`LockerBuilder`](crate::LockerBuilder) (such as
-//! [`Locker::connect`](crate::Locker::connect)) are shorthands for these builders.
+//! [`Locker::cluster`](crate::Locker::cluster), or [`Locker::connect`](crate::Locker::connect)
+//! with a `redis://` url) are shorthands for these builders.
 //!
 //! The Redis client crates the stores are built on are re-exported here ([`redis`],
 //! [`bb8`], [`bb8_redis`]), so that a pool given to

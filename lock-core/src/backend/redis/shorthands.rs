@@ -102,10 +102,10 @@ fn redlock(mut shared: Shared) -> RedLockStoreBuilder {
 }
 
 impl LockerBuilder {
-    /// Shorthand for [`RedisStoreBuilder::url`]: the Redis server to use. With a
-    /// [`pool`](Self::pool) too, commands go through the pool and the url serves the
-    /// pub/sub connection that wakes waiters.
-    pub fn url(self, url: &str) -> Self {
+    /// Shorthand for [`RedisStoreBuilder::url`], which [`url`](Self::url) takes a Redis
+    /// url to: the Redis server to use. With a [`pool`](Self::pool) too, commands go
+    /// through the pool and the url serves the pub/sub connection that wakes waiters.
+    pub(crate) fn redis_url(self, url: &str) -> Self {
         self.redis(|redis| redis.url(url)).redis_deployment(URL)
     }
 
@@ -220,16 +220,6 @@ impl LockerBuilder {
 }
 
 impl Locker {
-    /// Connects to the Redis at `url` (`redis://[user:password@]host[:port][/db]`) with the
-    /// default settings. Fails within the connect timeout when the server cannot be
-    /// reached, naming the address (never the password) and the cause. Shorthand for a
-    /// [`RedisStore`](crate::backend::RedisStore) from its builder's
-    /// [`url`](crate::backend::RedisStoreBuilder::url), plugged in with
-    /// [`LockerBuilder::store`].
-    pub async fn connect(url: &str) -> Result<Locker, LockError> {
-        Self::builder().url(url).build().await
-    }
-
     /// Keeps the locks in the Redis Cluster that the nodes at `seed_urls` belong to, with
     /// the default settings (see [`LockerBuilder::cluster`]). Every key of a lock shares
     /// the lock's hash tag (`lock:{K}`, `lock:{K}:fence`, ...), so each lock lives in one
