@@ -206,11 +206,11 @@ impl MySqlStore {
     }
 
     /// Runs `work`, statements that never wait, on a session that is not waiting, or on
-    /// a connection of its own when every one is; its error is the lock `name`'s, met
+    /// a connection of its own when every one is; its error is the lock `key`'s, met
     /// while `doing`.
     async fn query<T: Send>(
         &self,
-        name: &str,
+        key: &LockKey,
         doing: &str,
         work: impl for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, mysql_async::Error>>,
     ) -> Result<T, LockError> {
@@ -221,7 +221,7 @@ impl MySqlStore {
                 work(&mut conn).await
             }
         };
-        done.map_err(|e| failed(name, doing, e))
+        done.map_err(|e| failed(key, doing, e))
     }
 
     /// Opens the first session and creates the fence table if it is missing.
@@ -263,7 +263,7 @@ impl MySqlStore {
 }
 
 impl Server for MySqlStore {
-    type Key = String;
+    type StoreKey = String;
     type Session = Session;
     type Connector = Connect;
 
@@ -273,35 +273,41 @@ impl Server for MySqlStore {
         &self.0.locks
     }
 
-    fn key(&self, name: &str) -> Result<String, LockError> {
-        self.0.mapping.lock_name(name)
+    fn store_key(&self, key: &LockKey) -> Result<String, LockError> {
+        self.0.mapping.lock_name(key.as_str())
     }
 
-    /// Keeps the lock while permits of the name are held, until they are given back or
+    /// Keeps the lock while permits of it are held, until they are given back or
     /// the request's deadline ([`take::drain_permits`]).
     async fn once(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &String,
+        store_key: &String,
         abandoned: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (table, released) = (&self.0.fence_table, &self.0.permits_released);
-        let deadline = request.deadline;
-        take::once(session, table, key, deadline, released, abandoned).await
+        let (key, deadline) = (&request.key, request.deadline);
+        take::once(
+            session, table, key, store_key, deadline, released, abandoned,
+        )
+        .await
     }
 
     async fn wait(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &String,
+        store_key: &String,
         abandoned: CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (connect, table) = (&self.0.locks.sessions.connector, &self.0.fence_table);
         let released = &self.0.permits_released;
-        let deadline = request.deadline;
-        take::wait(session, connect, table, key, deadline, released, abandoned).await
+        let (key, deadline) = (&request.key, request.deadline);
+        take::wait(
+            session, connect, table, key, store_key, deadline, released, abandoned,
+        )
+        .await
     }
 
     async fn take_permit(
@@ -316,10 +322,11 @@ impl Server for MySqlStore {
     async fn unlock(
         &self,
         session: &Session,
-        key: &String,
+        key: &LockKey,
+        store_key: &String,
         kind: LockKind,
     ) -> Result<bool, LockError> {
-        let freed = take::unlock(session, key).await;
+        let freed = take::unlock(session, key, store_key).await;
         if let LockKind::Semaphore { .. } = kind {
             self.0.permits_released.notify_waiters();
         }
@@ -342,7 +349,7 @@ impl Store for MySqlStore {
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(session_locks::release(self, hold.token))
+        Box::pin(session_locks::release(self, hold))
     }
 
     /// The stored count (or `permits`) less the permits held, by anyone.
@@ -383,7 +390,8 @@ impl Store for MySqlStore {
     }
 }
 
-/// The error of a statement about the lock `name` that failed while `doing`.
-fn failed(name: &str, doing: &str, error: mysql_async::Error) -> LockError {
-    LockError::backend(format!("mysql lock {name:?}: cannot {doing}"), error)
+/// The error of a statement about the lock `key` that failed while `doing`.
+fn failed(key: &LockKey, doing: &str, error: mysql_async::Error) -> LockError {
+    let key = key.as_str();
+    LockError::backend(format!("mysql lock {key:?}: cannot {doing}"), error)
 }

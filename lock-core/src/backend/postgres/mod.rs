@@ -250,10 +250,11 @@ impl PostgresStore {
     }
 
     /// Runs `sql`, which never waits, on a session that is not waiting, or on a
-    /// connection of its own when every one is.
+    /// connection of its own when every one is; its error is the lock `key`'s, met while
+    /// `doing`.
     async fn query(
         &self,
-        name: &str,
+        key: &LockKey,
         doing: &str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
@@ -265,13 +266,14 @@ impl PostgresStore {
                 client.query(sql, params).await
             }
         };
-        rows.map_err(|e| failed(name, doing, e))
+        rows.map_err(|e| failed(key, doing, e))
     }
 }
 
-/// The error of a statement about the lock `name` that failed while `doing`.
-fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
-    LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
+/// The error of a statement about the lock `key` that failed while `doing`.
+fn failed(key: &LockKey, doing: &str, error: tokio_postgres::Error) -> LockError {
+    let key = key.as_str();
+    LockError::backend(format!("postgres lock {key:?}: cannot {doing}"), error)
 }
 
 /// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at
@@ -288,7 +290,7 @@ fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
 }
 
 impl Server for PostgresStore {
-    type Key = AdvisoryKey;
+    type StoreKey = AdvisoryKey;
     type Session = Session;
     type Connector = Connect;
 
@@ -298,29 +300,29 @@ impl Server for PostgresStore {
         &self.0.locks
     }
 
-    fn key(&self, name: &str) -> Result<AdvisoryKey, LockError> {
-        Ok(self.0.mapping.key(name))
+    fn store_key(&self, key: &LockKey) -> Result<AdvisoryKey, LockError> {
+        Ok(self.0.mapping.key(key.as_str()))
     }
 
-    /// Gives the lock back at once if a permit of the name is held.
+    /// Gives the lock back at once if a permit of it is held.
     async fn once(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &AdvisoryKey,
+        store_key: &AdvisoryKey,
         _: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
-        take::once(session, &self.0.fence_table, request, *key).await
+        take::once(session, &self.0.fence_table, request, *store_key).await
     }
 
     async fn wait(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &AdvisoryKey,
+        store_key: &AdvisoryKey,
         abandoned: CancellationToken,
     ) -> Result<Option<u64>, LockError> {
-        take::wait(session, &self.0.fence_table, request, *key, abandoned).await
+        take::wait(session, &self.0.fence_table, request, *store_key, abandoned).await
     }
 
     async fn take_permit(
@@ -335,12 +337,13 @@ impl Server for PostgresStore {
     async fn unlock(
         &self,
         session: &Session,
-        key: &AdvisoryKey,
+        key: &LockKey,
+        store_key: &AdvisoryKey,
         kind: LockKind,
     ) -> Result<bool, LockError> {
-        take::unlock(session, *key, kind)
+        take::unlock(session, *store_key, kind)
             .await
-            .map_err(|e| LockError::backend("postgres: cannot release a lock", e))
+            .map_err(|e| failed(key, "release it", e))
     }
 }
 
@@ -359,7 +362,7 @@ impl Store for PostgresStore {
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(session_locks::release(self, hold.token))
+        Box::pin(session_locks::release(self, hold))
     }
 
     /// The stored count (or `permits`) less the permits held, by anyone.
