@@ -72,11 +72,11 @@ impl MySqlStore {
         .await
     }
 
-    /// Takes a free permit of the semaphore `key` by its `store_key` on `session`, if fewer
-    /// than its count hold one and nobody holds the lock itself, storing `permits` as the count on
-    /// first use: the permit, `None` if none is free, or [`LockError::Config`] if another
-    /// count is stored. A statement that fails may have taken a slot, so its session is
-    /// ended.
+    /// Takes a free permit of the semaphore `key` by its `store_key` on `session`, if
+    /// fewer than its count hold one and nobody holds the lock itself, storing `permits`
+    /// as the count on first use: the permit, `None` if none is free, or
+    /// [`LockError::Config`] if another count is stored. A statement that fails may have
+    /// taken a slot, so its session is ended.
     async fn attempt_permit(
         &self,
         session: &Arc<Session>,
@@ -244,9 +244,9 @@ async fn attempt(
 /// Takes the first of the slots `slot_keys` below `permits` that nobody holds, while fewer
 /// than `permits` of them are held and nobody holds the lock itself, `store_key`: its
 /// number, or `None`. A slot is taken only if still free when its statement runs, as a
-/// session's `GET_LOCK`s of one store key stack; and none while `store_key` is held, so a holder of
-/// `store_key` waiting for the permits to drain never sees a slot held by an attempt bound to
-/// fail.
+/// session's `GET_LOCK`s of one store key stack; and none while `store_key` is held, so
+/// a holder of `store_key` waiting for the permits to drain never sees a slot held by an
+/// attempt bound to fail.
 async fn take_free_slot(
     conn: &mut Conn,
     slot_keys: &[String],

@@ -14,10 +14,11 @@ use crate::backend::sql::session_locks;
 use crate::backend::sql::sessions::Session as _;
 use crate::{LockError, LockKey};
 
-/// One attempt on `session`, which other holds share, on the lock `key` by its `store_key`:
-/// its fencing token if it took it. Taken while permits of the lock are held, the lock is kept until
-/// they are given back, `deadline` or `abandoned` ([`drain_permits`]). A statement that
-/// fails may have taken the lock, so its session is ended.
+/// One attempt on `session`, which other holds share, on the lock `key` by its
+/// `store_key`: its fencing token if it took it. Taken while permits of the lock are
+/// held, the lock is kept until they are given back, `deadline` or `abandoned`
+/// ([`drain_permits`]). A statement that fails may have taken the lock, so its session
+/// is ended.
 pub(super) async fn once(
     session: &Session,
     table: &str,
@@ -54,8 +55,8 @@ pub(super) async fn once(
 /// nothing else, until `deadline`: the fencing token if it took the lock `key` by its
 /// `store_key`, or `None` if it was still held then or the wait was `abandoned`, which
 /// ends the session (`KILL`, from a connection of its own) so that the server takes
-/// nothing for it. Taken while permits of the lock are held, the lock is kept until they are given back
-/// ([`drain_permits`]).
+/// nothing for it. Taken while permits of the lock are held, the lock is kept until
+/// they are given back ([`drain_permits`]).
 pub(super) async fn wait(
     session: &Session,
     connect: &Connect,
@@ -99,9 +100,9 @@ pub(super) async fn wait(
     })
 }
 
-/// Holds the store key `store_key`, taken on `session` while permits of its lock are held, until
-/// they are given back: a permit sees the lock held and keeps out, so the holders drain,
-/// as readers do before a waiting writer. The fencing token then; `None`, the lock given
+/// Holds `store_key`, taken on `session` while permits of its lock are held, until they
+/// are given back: a permit sees the lock held and keeps out, so the holders drain, as
+/// readers do before a waiting writer. The fencing token then; `None`, the lock given
 /// back, if permits are still held at `deadline` or the wait is `abandoned`. It looks
 /// again each time this store gives a permit back, or after
 /// [`POLL`](session_locks::POLL).

@@ -53,10 +53,10 @@ impl PostgresStore {
 
 /// What the rows of `pg_locks` for one advisory key say, each joined with the fence
 /// table's row of its key: each holding session is one holder (this store never stacks
-/// two holds of a lock on one session). The session that took the lock last through this crate, as
-/// the fence table records it, shows the owner token and the fencing token of its hold,
-/// and the kind it was taken as; any other session is shown by its backend's pid (in 8
-/// hex digits), a shared hold as a read and any other as exclusive.
+/// two holds of a lock on one session). The session that took the lock last through this
+/// crate, as the fence table records it, shows the owner token and the fencing token of
+/// its hold, and the kind it was taken as; any other session is shown by its backend's
+/// pid (in 8 hex digits), a shared hold as a read and any other as exclusive.
 fn lock_info(rows: &[Row]) -> Result<Option<LockInfo>, tokio_postgres::Error> {
     let mut holders = Vec::new();
     let mut kind = None;

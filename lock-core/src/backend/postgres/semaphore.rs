@@ -1,6 +1,7 @@
 //! Semaphores as permit slots: advisory locks of one bigint each, derived from the key,
 //! whose count is stored in the fence table's row of the key; each attempt gives way to
-//! a hold of the key's own advisory lock. See the [module docs](super#semaphores) for the design.
+//! a hold of the key's own advisory lock. See the [module docs](super#semaphores) for
+//! the design.
 
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
