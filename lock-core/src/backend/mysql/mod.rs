@@ -8,7 +8,7 @@
 //!
 //! let locker = Locker::mysql("mysql://app:secret@10.0.0.5:3306/app").await?;
 //! let guard = locker.lock("balance:42").await?;
-//! // Strictly greater for every later hold of the name by this crate, across restarts.
+//! // Strictly greater for every later hold of the key by this crate, across restarts.
 //! let fence = guard.fencing_token();
 //! # let _ = fence;
 //! guard.release().await?;
@@ -22,15 +22,15 @@
 //! # Names
 //!
 //! The lock `K` is the user lock that [`NameMapping::DistributedLock`] names for `K` (see
-//! there): a name that is lowercase and at most 64 characters as it is, any other cut
-//! and hashed. A .NET service's `new MySqlDistributedLock("K", connectionString)` takes
-//! the same lock, and so does `SELECT GET_LOCK('k', 10)` by hand for a lowercase `k`;
-//! [`NameMapping::lock_name`] gives the name to pass for any other. With
-//! [`NameMapping::Exact`], names go to the server as they are (DistributedLock's
-//! `exactName: true`). User locks are per server, not per database, and their names are
-//! compared byte for byte on MariaDB: nothing else is added to them (the `Locker`'s
-//! namespace is a Redis setting), so applications that share a server keep their locks
-//! apart by naming them apart.
+//! there), whose name is its store key: a key that is lowercase and at most 64
+//! characters as it is, any other cut and hashed. A .NET service's `new
+//! MySqlDistributedLock("K", connectionString)` takes the same lock, and so does `SELECT
+//! GET_LOCK('k', 10)` by hand for a lowercase `k`; [`NameMapping::lock_name`] gives the
+//! name to pass for any other. With [`NameMapping::Exact`], keys go to the server as
+//! they are (DistributedLock's `exactName: true`). User locks are per server, not per
+//! database, and their names are compared byte for byte on MariaDB: nothing else is
+//! added to them (the `Locker`'s namespace is a Redis setting), so applications that
+//! share a server keep their locks apart by keying them apart.
 //!
 //! # Kinds
 //!

@@ -19,9 +19,9 @@
 //! # Layout
 //!
 //! With the default [base path](ZooKeeperStoreBuilder::base_path), the lock `K` is the
-//! node `/locks/K`, within the connect string's chroot if it has one (created, as
-//! Curator creates its namespace, if it is missing). Its holders and
-//! waiters are its children, each an EPHEMERAL_SEQUENTIAL node of the session that made
+//! node `/locks/K`, whose path is its store key, within the connect string's chroot if
+//! it has one (created, as Curator creates its namespace, if it is missing). Its holders
+//! and waiters are its children, each an EPHEMERAL_SEQUENTIAL node of the session that made
 //! it; `/locks/K` and its parents are CONTAINER nodes, which the server deletes once they
 //! are empty, so an idle lock leaves nothing behind. The names are Curator's, with the
 //! uuid that begins the hold's owner token:
