@@ -389,7 +389,7 @@ impl Store for PostgresStore {
     }
 
     /// As `pg_locks` shows the lock: each holding session is one holder (this crate never
-    /// stacks two holds of a name on one session). The one that took it last through
+    /// stacks two holds of a key on one session). The one that took it last through
     /// this crate shows its owner token, its fencing token and its kind, as the fence
     /// table records them; any other by its backend's pid (in 8 hex digits, in place of
     /// a token), a shared hold as a read and any other as exclusive. Then the sessions
