@@ -204,6 +204,18 @@ impl LockError {
         }
     }
 
+    /// The `store`'s call about the lock `key` failed while `doing`, such as `"take it"`:
+    /// a [`Backend`](Self::Backend) error that names `key`.
+    pub(crate) fn failed(
+        store: &str,
+        key: &LockKey,
+        doing: &str,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        let context = format!("{store} lock {:?}: cannot {doing}", key.as_str());
+        Self::backend(context, source).about(key)
+    }
+
     /// This error, met by a store call about the lock `key`: a [`Backend`](Self::Backend)
     /// error that names no key yet names `key`; any other error is returned as it is.
     pub(crate) fn about(self, key: &LockKey) -> Self {
@@ -301,5 +313,11 @@ mod tests {
         assert_eq!(err.about(&other).key(), Some("balance:42"));
         let not_held = LockError::NotHeld { key: "k".into() }.about(&key);
         assert_eq!(not_held.key(), Some("k"));
+        let failed = LockError::failed("mysql", &key, "take it", "gone away");
+        assert_eq!(failed.key(), Some("balance:42"));
+        assert_eq!(
+            failed.to_string(),
+            "lock store failed: mysql lock \"balance:42\": cannot take it"
+        );
     }
 }

@@ -287,11 +287,7 @@ impl Server for MySqlStore {
         abandoned: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (table, released) = (&self.0.fence_table, &self.0.permits_released);
-        let (key, deadline) = (&request.key, request.deadline);
-        take::once(
-            session, table, key, store_key, deadline, released, abandoned,
-        )
-        .await
+        take::once(session, table, request, store_key, released, abandoned).await
     }
 
     async fn wait(
@@ -303,9 +299,8 @@ impl Server for MySqlStore {
     ) -> Result<Option<u64>, LockError> {
         let (connect, table) = (&self.0.locks.sessions.connector, &self.0.fence_table);
         let released = &self.0.permits_released;
-        let (key, deadline) = (&request.key, request.deadline);
         take::wait(
-            session, connect, table, key, store_key, deadline, released, abandoned,
+            session, connect, table, request, store_key, released, abandoned,
         )
         .await
     }
@@ -392,6 +387,5 @@ impl Store for MySqlStore {
 
 /// The error of a statement about the lock `key` that failed while `doing`.
 fn failed(key: &LockKey, doing: &str, error: mysql_async::Error) -> LockError {
-    let key = key.as_str();
-    LockError::backend(format!("mysql lock {key:?}: cannot {doing}"), error)
+    LockError::failed("mysql", key, doing, error)
 }

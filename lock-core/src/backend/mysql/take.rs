@@ -12,22 +12,23 @@ use super::session::{Connect, Session};
 use super::{failed, semaphore, sql};
 use crate::backend::sql::session_locks;
 use crate::backend::sql::sessions::Session as _;
+use crate::backend::store::Acquire;
 use crate::{LockError, LockKey};
 
-/// One attempt on `session`, which other holds share, on the lock `key` by its
+/// One attempt on `session`, which other holds share, on the lock of `request` by its
 /// `store_key`: its fencing token if it took it. Taken while permits of the lock are
-/// held, the lock is kept until they are given back, `deadline` or `abandoned`
-/// ([`drain_permits`]). A statement that fails may have taken the lock, so its session
-/// is ended.
+/// held, the lock is kept until they are given back, the request's deadline or
+/// `abandoned` ([`drain_permits`]). A statement that fails may have taken the lock, so
+/// its session is ended.
 pub(super) async fn once(
     session: &Session,
     table: &str,
-    key: &LockKey,
+    request: &Acquire,
     store_key: &str,
-    deadline: Instant,
     permits_released: &Notify,
     abandoned: &CancellationToken,
 ) -> Result<Option<u64>, LockError> {
+    let deadline = request.deadline;
     let statement = sql::take_now(table);
     let took = match fence(session, statement, (store_key, store_key).into()).await {
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
@@ -47,26 +48,26 @@ pub(super) async fn once(
     };
     took.map_err(|e| {
         session.state().end();
-        failed(key, "take it", e)
+        failed(&request.key, "take it", e)
     })
 }
 
 /// Waits inside the server (`GET_LOCK` with the time left) on `session`, which holds
-/// nothing else, until `deadline`: the fencing token if it took the lock `key` by its
-/// `store_key`, or `None` if it was still held then or the wait was `abandoned`, which
-/// ends the session (`KILL`, from a connection of its own) so that the server takes
-/// nothing for it. Taken while permits of the lock are held, the lock is kept until
-/// they are given back ([`drain_permits`]).
+/// nothing else, until the deadline of `request`: the fencing token if it took its lock
+/// by its `store_key`, or `None` if it was still held then or the wait was `abandoned`,
+/// which ends the session (`KILL`, from a connection of its own) so that the server
+/// takes nothing for it. Taken while permits of the lock are held, the lock is kept
+/// until they are given back ([`drain_permits`]).
 pub(super) async fn wait(
     session: &Session,
     connect: &Connect,
     table: &str,
-    key: &LockKey,
+    request: &Acquire,
     store_key: &str,
-    deadline: Instant,
     permits_released: &Notify,
     abandoned: CancellationToken,
 ) -> Result<Option<u64>, LockError> {
+    let deadline = request.deadline;
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
     let statement = sql::take_waiting(table);
@@ -96,7 +97,7 @@ pub(super) async fn wait(
     took.map_err(|e| {
         // The session holds nothing else: ending it gives back whatever it took.
         session.state().end();
-        failed(key, "wait for it", e)
+        failed(&request.key, "wait for it", e)
     })
 }
 

@@ -272,8 +272,7 @@ impl PostgresStore {
 
 /// The error of a statement about the lock `key` that failed while `doing`.
 fn failed(key: &LockKey, doing: &str, error: tokio_postgres::Error) -> LockError {
-    let key = key.as_str();
-    LockError::backend(format!("postgres lock {key:?}: cannot {doing}"), error)
+    LockError::failed("postgres", key, doing, error)
 }
 
 /// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at

@@ -252,14 +252,9 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     };
     let taken = taken
         .map_err(|e| {
-            LockError::backend(
-                format!(
-                    "{} lock {:?}: the acquire ended early",
-                    T::NAME,
-                    request.key.as_str()
-                ),
-                e,
-            )
+            let key = request.key.as_str();
+            let context = format!("{} lock {key:?}: the acquire ended early", T::NAME);
+            LockError::backend(context, e).about(&request.key)
         })??
         .and_then(Taken::claim);
     let Some((session, store_key, fence)) = taken else {

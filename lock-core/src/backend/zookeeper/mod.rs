@@ -342,8 +342,5 @@ impl Store for ZooKeeperStore {
 
 /// The error of a call to the ensemble about the lock `key` that failed while `doing`.
 fn failed(key: &LockKey, doing: &str, error: zk::Error) -> LockError {
-    LockError::backend(
-        format!("zookeeper lock {:?}: cannot {doing}", key.as_str()),
-        error,
-    )
+    LockError::failed("zookeeper", key, doing, error)
 }
