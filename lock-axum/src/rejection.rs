@@ -190,6 +190,7 @@ mod tests {
             ),
             (
                 LockError::Backend {
+                    key: None,
                     context: "connect".into(),
                     source: "refused".into(),
                 },

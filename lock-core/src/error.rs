@@ -105,6 +105,10 @@ pub enum LockError {
     /// The store could not be reached, did not answer in time, or answered with an error.
     #[error("lock store failed: {context}")]
     Backend {
+        /// The key of the lock the failed call was about (acquire, release, extend,
+        /// inspect and the like); `None` for a call about no one lock, such as opening a
+        /// connection.
+        key: Option<String>,
         /// What was being done, and where (passwords are never included).
         context: String,
         /// The underlying failure.
@@ -182,17 +186,50 @@ impl LockError {
             | Self::Unsupported { key, .. }
             | Self::Upgrade { key, .. }
             | Self::Quorum { key, .. } => Some(key),
-            Self::Backend { .. } | Self::Config(..) => None,
+            Self::Backend { key, .. } => key.as_deref(),
+            Self::Config(..) => None,
         }
     }
 
+    /// A failed store call: `context` says what was being done, and where. It names no
+    /// key until [`about`](Self::about) gives it one.
     pub(crate) fn backend(
         context: impl Into<String>,
         source: impl Into<Box<dyn StdError + Send + Sync>>,
     ) -> Self {
         Self::Backend {
+            key: None,
             context: context.into(),
             source: source.into(),
+        }
+    }
+
+    /// The `store`'s call about the lock `key` failed while `doing`, such as `"take it"`:
+    /// a [`Backend`](Self::Backend) error that names `key`.
+    pub(crate) fn failed(
+        store: &str,
+        key: &LockKey,
+        doing: &str,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        let context = format!("{store} lock {:?}: cannot {doing}", key.as_str());
+        Self::backend(context, source).about(key)
+    }
+
+    /// This error, met by a store call about the lock `key`: a [`Backend`](Self::Backend)
+    /// error that names no key yet names `key`; any other error is returned as it is.
+    pub(crate) fn about(self, key: &LockKey) -> Self {
+        match self {
+            Self::Backend {
+                key: None,
+                context,
+                source,
+            } => Self::Backend {
+                key: Some(key.to_string()),
+                context,
+                source,
+            },
+            other => other,
         }
     }
 
@@ -262,5 +299,25 @@ mod tests {
         assert!(LockError::NotHeld { key: "k".into() }.is_not_held());
         assert!(LockError::backend("x", "y").is_backend());
         assert!(LockError::backend("x", "y").key().is_none());
+    }
+
+    #[test]
+    fn a_backend_error_about_a_key_names_it_and_reads_the_same() {
+        let key = LockKey::new("balance:42").unwrap();
+        let err = LockError::backend("connect to 127.0.0.1:1", "connection refused");
+        let text = err.to_string();
+        let err = err.about(&key);
+        assert_eq!(err.key(), Some("balance:42"));
+        assert_eq!(err.to_string(), text);
+        let other = LockKey::new("balance:43").unwrap();
+        assert_eq!(err.about(&other).key(), Some("balance:42"));
+        let not_held = LockError::NotHeld { key: "k".into() }.about(&key);
+        assert_eq!(not_held.key(), Some("k"));
+        let failed = LockError::failed("mysql", &key, "take it", "gone away");
+        assert_eq!(failed.key(), Some("balance:42"));
+        assert_eq!(
+            failed.to_string(),
+            "lock store failed: mysql lock \"balance:42\": cannot take it"
+        );
     }
 }

@@ -112,7 +112,12 @@ impl LockGuard {
             hold: self.hold.for_store(),
             lease,
         }];
-        let renewed = self.inner.store.renew(&renewal).await?;
+        let renewed = self
+            .inner
+            .store
+            .renew(&renewal)
+            .await
+            .map_err(|e| e.about(&self.hold.key))?;
         let Some(until) = renewed.first().copied().flatten() else {
             self.hold.mark_lost();
             return Err(self.not_held());
@@ -129,7 +134,11 @@ impl LockGuard {
         if !self.hold.is_active() {
             return Ok(false);
         }
-        self.inner.store.is_held(&self.hold.for_store()).await
+        self.inner
+            .store
+            .is_held(&self.hold.for_store())
+            .await
+            .map_err(|e| e.about(&self.hold.key))
     }
 
     /// Whether the watchdog found the lease lost, or the store the session ended (no
@@ -171,6 +180,7 @@ impl LockGuard {
             tracing::debug_span!("lock_release", key = %self.hold.key, fence = self.hold.fence);
         let released = async {
             let released = self.inner.store.release(&self.hold.for_store()).await;
+            let released = released.map_err(|e| e.about(&self.hold.key));
             if let Ok(true) = released {
                 tracing::debug!("lock released");
             }

@@ -153,7 +153,7 @@
 //! | **store** | Where locks live: Redis, this process's memory, or one of your own; a [`backend::Store`]. |
 //! | **deployment** | Where a Redis store's server is: one server (a url or a bb8 pool), the master Sentinel names, or a Cluster. RedLock holds each lock on a quorum of independent **masters**, each one server. |
 //! | **settings** | How a store is configured, by its own builder ([`backend::RedisStoreBuilder`]); a [`LockerBuilder`] holds only the defaults every store shares, and its Redis methods are **shorthands** for the store's builder. |
-//! | **store key** | A store's own name for a lock: on Redis `lock:{balance:42}`, with `lock:{balance:42}:fence` and others beside it. |
+//! | **store key** | A store's own name for a lock, which its server knows it by: on Redis the key `lock:{balance:42}`, with `lock:{balance:42}:fence` and others beside it; on ZooKeeper the path of its node, `/locks/balance:42`; on PostgreSQL its advisory key; on MySQL its user lock's name, which `GET_LOCK` takes. A key maps to one store key; the key is what errors and [`LockError::key`] report. |
 //! | **kind** | What a hold allows others meanwhile: exclusive, fair, read, write, semaphore ([`LockKind`]). |
 //! | **token** | The random id of one acquisition (its owner token): only it releases, extends or renews the hold. |
 //! | **fence**, fencing token | A number drawn with each acquisition, strictly greater than every earlier one for its key. |

@@ -110,6 +110,7 @@ impl Semaphore {
             .store
             .available(&key, self.permits())
             .await
+            .map_err(|e| e.about(&key))
     }
 
     /// Stores `permits` as the semaphore's count, for every process, and makes this
@@ -118,7 +119,8 @@ impl Semaphore {
     /// hold one than the new count. A raised count wakes waiters at once.
     pub async fn set_permits(&self, permits: u32) -> Result<(), LockError> {
         let key = self.checked_key(permits)?;
-        self.locker.inner.store.set_permits(&key, permits).await?;
+        let set = self.locker.inner.store.set_permits(&key, permits).await;
+        set.map_err(|e| e.about(&key))?;
         self.permits.store(permits, Ordering::Relaxed);
         Ok(())
     }

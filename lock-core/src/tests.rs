@@ -583,3 +583,75 @@ async fn a_store_without_inspect_says_so() {
     );
     assert!(locker.inspect("").await.unwrap_err().is_invalid_key());
 }
+
+/// A store whose server is unreachable: every call fails, but an acquire of `up`, which
+/// is granted for as long as the store lives.
+#[derive(Debug)]
+struct UnreachableStore;
+
+fn unreachable() -> LockError {
+    LockError::backend("connect to 127.0.0.1:1", "connection refused")
+}
+
+impl Store for UnreachableStore {
+    fn name(&self) -> &str {
+        "unreachable"
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        kind == LockKind::Exclusive
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        let outcome = if request.key.as_str() == "up" {
+            let lost = std::future::pending();
+            Ok(Outcome::Acquired(Acquired::session(1, lost)))
+        } else {
+            Err(unreachable())
+        };
+        Box::pin(std::future::ready(outcome))
+    }
+
+    fn release<'a>(&'a self, _: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Err(unreachable())))
+    }
+
+    fn renew<'a>(&'a self, _: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        Box::pin(std::future::ready(Err(unreachable())))
+    }
+
+    fn is_held<'a>(&'a self, _: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Err(unreachable())))
+    }
+
+    fn force_unlock<'a>(&'a self, _: &'a crate::LockKey) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Err(unreachable())))
+    }
+
+    fn inspect<'a>(&'a self, _: &'a crate::LockKey) -> StoreFuture<'a, Option<crate::LockInfo>> {
+        Box::pin(std::future::ready(Err(unreachable())))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_store_call_about_a_key_names_it() {
+    let locker = Locker::builder()
+        .store(Arc::new(UnreachableStore))
+        .build()
+        .await
+        .unwrap();
+    let err = locker.lock("balance:42").await.unwrap_err();
+    assert!(err.is_backend());
+    assert_eq!(err.key(), Some("balance:42"));
+    assert_eq!(err.to_string(), "lock store failed: connect to 127.0.0.1:1");
+    let err = locker.inspect("balance:43").await.unwrap_err();
+    assert_eq!(err.key(), Some("balance:43"));
+    let err = locker.force_unlock("balance:44").await.unwrap_err();
+    assert_eq!(err.key(), Some("balance:44"));
+
+    let guard = locker.lock("up").await.unwrap();
+    assert_eq!(guard.is_held().await.unwrap_err().key(), Some("up"));
+    let err = guard.extend(SEC).await.unwrap_err();
+    assert_eq!(err.key(), Some("up"));
+    assert_eq!(guard.release().await.unwrap_err().key(), Some("up"));
+}

@@ -11,10 +11,12 @@
 //! `handoff.svg` to `$CARGO_TARGET_DIR/bench/` (default `target/bench/`).
 //!
 //! - [`systems`]: the locks compared, and how each takes and gives back a lock.
+//! - [`floors`]: each store's bare client, the floor for lock-core's store of it.
 //! - [`scenarios`]: what each scenario runs, and how much of it ([`scenarios::Scale`]).
 //! - [`measure`]: the instruments (round trip, Redis's command counts, latencies, CPU, RSS).
 //! - [`report`]: the rows, the table, the goals, `compare.json` and `handoff.svg`.
 
+mod floors;
 mod measure;
 mod report;
 mod scenarios;

@@ -10,7 +10,7 @@ use lock_core::backend::redis::redis::{self, aio::MultiplexedConnection};
 use lock_tests::{PostgresServer, TestServer, ZooKeeperServer};
 use zookeeper_client as zk;
 
-use crate::systems::connection;
+use crate::floors::connection;
 
 /// `d` in µs (from whole nanoseconds, so that 180.277 µs prints as such).
 pub(crate) fn micros(d: Duration) -> f64 {

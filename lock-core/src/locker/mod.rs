@@ -213,7 +213,11 @@ impl Locker {
             }
             request.since = Instant::now();
             request.deadline = request.since + wait;
-            match store.acquire(&request).await? {
+            match store
+                .acquire(&request)
+                .await
+                .map_err(|e| e.about(&request.key))?
+            {
                 Outcome::Acquired(acquired) => Ok(self.hold(request, watchdog, label, acquired)),
                 Outcome::Held { holder_ttl } => {
                     let waited = request.since.elapsed();
@@ -413,7 +417,8 @@ impl Locker {
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let key = LockKey::with_max_len(key, self.inner.max_key_len)?;
         tracing::warn!(key = %key, "forcing a lock open");
-        self.inner.store.force_unlock(&key).await
+        let forced = self.inner.store.force_unlock(&key).await;
+        forced.map_err(|e| e.about(&key))
     }
 
     /// Who holds the lock `key`, as its store sees it now: `None` when nobody does, else
@@ -453,6 +458,7 @@ impl Locker {
     /// [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         let key = LockKey::with_max_len(key, self.inner.max_key_len)?;
-        self.inner.store.inspect(&key).await
+        let info = self.inner.store.inspect(&key).await;
+        info.map_err(|e| e.about(&key))
     }
 }

@@ -21,9 +21,10 @@ use mysql_async::prelude::Queryable;
 use super::handoff::{TASKS, relay, relay_row};
 use super::uncontended::{cycles, timed_cycles};
 use super::{ROUNDS, Run};
+use crate::floors::MySqlFloor;
 use crate::measure::{Sample, micros, percentile};
 use crate::report::Row;
-use crate::systems::{MySqlFloor, System};
+use crate::systems::System;
 
 /// The floor's fence table.
 const FLOOR_FENCES: &str = MySqlFloor::TABLE;

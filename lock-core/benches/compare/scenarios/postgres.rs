@@ -17,9 +17,10 @@ use lock_tests::{PostgresServer, TestServer};
 use super::handoff::{TASKS, relay, relay_row};
 use super::uncontended::cycles;
 use super::{ROUNDS, Run, Scale, read_heavy};
+use crate::floors::PostgresFloor;
 use crate::measure::{PostgresStatements, Sample, postgres_round_trip};
 use crate::report::Row;
-use crate::systems::{PostgresFloor, System};
+use crate::systems::System;
 
 /// The cycles each system runs with every statement logged, to count what a cycle sends.
 const COUNTED_CYCLES: usize = 100;

@@ -23,9 +23,10 @@ use lock_tests::ZooKeeperServer;
 use super::handoff::{TASKS, relay, relay_row};
 use super::uncontended::cycles;
 use super::{ROUNDS, Run, read_heavy};
+use crate::floors::ZooKeeperLock;
 use crate::measure::{Sample, ZooKeeperRoundTrips, ZooKeeperWork};
 use crate::report::Row;
-use crate::systems::{System, ZooKeeperLock};
+use crate::systems::System;
 
 pub(crate) async fn run(run: &mut Run<'_>) {
     let workers = run.workers;

@@ -107,7 +107,7 @@ impl MySqlStoreBuilder {
         self
     }
 
-    /// How a lock's name becomes its `GET_LOCK` name ([`NameMapping::DistributedLock`]
+    /// How a lock's key becomes its `GET_LOCK` name ([`NameMapping::DistributedLock`]
     /// unless told otherwise).
     pub fn name_mapping(mut self, mapping: NameMapping) -> Self {
         self.name_mapping = mapping;

@@ -8,7 +8,7 @@
 //!
 //! let locker = Locker::mysql("mysql://app:secret@10.0.0.5:3306/app").await?;
 //! let guard = locker.lock("balance:42").await?;
-//! // Strictly greater for every later hold of the name by this crate, across restarts.
+//! // Strictly greater for every later hold of the key by this crate, across restarts.
 //! let fence = guard.fencing_token();
 //! # let _ = fence;
 //! guard.release().await?;
@@ -22,15 +22,15 @@
 //! # Names
 //!
 //! The lock `K` is the user lock that [`NameMapping::DistributedLock`] names for `K` (see
-//! there): a name that is lowercase and at most 64 characters as it is, any other cut
-//! and hashed. A .NET service's `new MySqlDistributedLock("K", connectionString)` takes
-//! the same lock, and so does `SELECT GET_LOCK('k', 10)` by hand for a lowercase `k`;
-//! [`NameMapping::lock_name`] gives the name to pass for any other. With
-//! [`NameMapping::Exact`], names go to the server as they are (DistributedLock's
-//! `exactName: true`). User locks are per server, not per database, and their names are
-//! compared byte for byte on MariaDB: nothing else is added to them (the `Locker`'s
-//! namespace is a Redis setting), so applications that share a server keep their locks
-//! apart by naming them apart.
+//! there), whose name is its store key: a key that is lowercase and at most 64
+//! characters as it is, any other cut and hashed. A .NET service's `new
+//! MySqlDistributedLock("K", connectionString)` takes the same lock, and so does `SELECT
+//! GET_LOCK('k', 10)` by hand for a lowercase `k`; [`NameMapping::lock_name`] gives the
+//! name to pass for any other. With [`NameMapping::Exact`], keys go to the server as
+//! they are (DistributedLock's `exactName: true`). User locks are per server, not per
+//! database, and their names are compared byte for byte on MariaDB: nothing else is
+//! added to them (the `Locker`'s namespace is a Redis setting), so applications that
+//! share a server keep their locks apart by keying them apart.
 //!
 //! # Kinds
 //!
@@ -206,11 +206,11 @@ impl MySqlStore {
     }
 
     /// Runs `work`, statements that never wait, on a session that is not waiting, or on
-    /// a connection of its own when every one is; its error is the lock `name`'s, met
+    /// a connection of its own when every one is; its error is the lock `key`'s, met
     /// while `doing`.
     async fn query<T: Send>(
         &self,
-        name: &str,
+        key: &LockKey,
         doing: &str,
         work: impl for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, mysql_async::Error>>,
     ) -> Result<T, LockError> {
@@ -221,7 +221,7 @@ impl MySqlStore {
                 work(&mut conn).await
             }
         };
-        done.map_err(|e| failed(name, doing, e))
+        done.map_err(|e| failed(key, doing, e))
     }
 
     /// Opens the first session and creates the fence table if it is missing.
@@ -263,7 +263,7 @@ impl MySqlStore {
 }
 
 impl Server for MySqlStore {
-    type Key = String;
+    type StoreKey = String;
     type Session = Session;
     type Connector = Connect;
 
@@ -273,35 +273,36 @@ impl Server for MySqlStore {
         &self.0.locks
     }
 
-    fn key(&self, name: &str) -> Result<String, LockError> {
-        self.0.mapping.lock_name(name)
+    fn store_key(&self, key: &LockKey) -> Result<String, LockError> {
+        self.0.mapping.lock_name(key.as_str())
     }
 
-    /// Keeps the lock while permits of the name are held, until they are given back or
+    /// Keeps the lock while permits of it are held, until they are given back or
     /// the request's deadline ([`take::drain_permits`]).
     async fn once(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &String,
+        store_key: &String,
         abandoned: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (table, released) = (&self.0.fence_table, &self.0.permits_released);
-        let deadline = request.deadline;
-        take::once(session, table, key, deadline, released, abandoned).await
+        take::once(session, table, request, store_key, released, abandoned).await
     }
 
     async fn wait(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &String,
+        store_key: &String,
         abandoned: CancellationToken,
     ) -> Result<Option<u64>, LockError> {
         let (connect, table) = (&self.0.locks.sessions.connector, &self.0.fence_table);
         let released = &self.0.permits_released;
-        let deadline = request.deadline;
-        take::wait(session, connect, table, key, deadline, released, abandoned).await
+        take::wait(
+            session, connect, table, request, store_key, released, abandoned,
+        )
+        .await
     }
 
     async fn take_permit(
@@ -316,10 +317,11 @@ impl Server for MySqlStore {
     async fn unlock(
         &self,
         session: &Session,
-        key: &String,
+        key: &LockKey,
+        store_key: &String,
         kind: LockKind,
     ) -> Result<bool, LockError> {
-        let freed = take::unlock(session, key).await;
+        let freed = take::unlock(session, key, store_key).await;
         if let LockKind::Semaphore { .. } = kind {
             self.0.permits_released.notify_waiters();
         }
@@ -342,7 +344,7 @@ impl Store for MySqlStore {
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(session_locks::release(self, hold.token))
+        Box::pin(session_locks::release(self, hold))
     }
 
     /// The stored count (or `permits`) less the permits held, by anyone.
@@ -383,7 +385,7 @@ impl Store for MySqlStore {
     }
 }
 
-/// The error of a statement about the lock `name` that failed while `doing`.
-fn failed(name: &str, doing: &str, error: mysql_async::Error) -> LockError {
-    LockError::backend(format!("mysql lock {name:?}: cannot {doing}"), error)
+/// The error of a statement about the lock `key` that failed while `doing`.
+fn failed(key: &LockKey, doing: &str, error: mysql_async::Error) -> LockError {
+    LockError::failed("mysql", key, doing, error)
 }

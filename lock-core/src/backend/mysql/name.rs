@@ -1,5 +1,6 @@
-//! From a lock's name to its `GET_LOCK` name, as madelson's DistributedLock maps names
-//! (`MySqlDistributedLock.GetSafeName`), so that a lock named `K` is one user lock in both.
+//! From a lock's key to its store key, the name it passes to `GET_LOCK`, as madelson's
+//! DistributedLock maps names (`MySqlDistributedLock.GetSafeName`), so that the lock `K`
+//! is one user lock in both.
 
 use sha2::{Digest, Sha512};
 
@@ -14,8 +15,8 @@ const HASH_CHARS: usize = 32;
 /// DistributedLock's base32 alphabet (RFC 4648, lowercase).
 const BASE32: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
-/// How a [`MySqlStore`](super::MySqlStore) turns a lock's name into the name it passes
-/// to `GET_LOCK`.
+/// How a [`MySqlStore`](super::MySqlStore) turns a lock's key into its store key, the
+/// name it passes to `GET_LOCK`.
 ///
 /// ```
 /// use lock_core::backend::mysql::NameMapping;
@@ -45,13 +46,13 @@ pub enum NameMapping {
 }
 
 impl NameMapping {
-    /// The `GET_LOCK` name of the lock `name`.
-    pub fn lock_name(self, name: &str) -> Result<String, LockError> {
+    /// The `GET_LOCK` name of the lock `key`: its store key.
+    pub fn lock_name(self, key: &str) -> Result<String, LockError> {
         match self {
-            Self::DistributedLock => Ok(safe_name(name)),
-            Self::Exact if name.chars().count() <= MAX_NAME_CHARS => Ok(name.to_owned()),
+            Self::DistributedLock => Ok(safe_name(key)),
+            Self::Exact if key.chars().count() <= MAX_NAME_CHARS => Ok(key.to_owned()),
             Self::Exact => Err(LockError::Config(format!(
-                "mysql lock name {name:?} is longer than {MAX_NAME_CHARS} characters: \
+                "mysql lock {key:?} is longer than {MAX_NAME_CHARS} characters: \
                  use NameMapping::DistributedLock, which hashes it"
             ))),
         }

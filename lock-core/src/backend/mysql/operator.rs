@@ -7,6 +7,7 @@ use mysql_async::prelude::Queryable;
 
 use super::semaphore::permits_held;
 use super::{MySqlStore, failed, sql};
+use crate::backend::sql::session_locks::Server as _;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 impl MySqlStore {
@@ -14,12 +15,15 @@ impl MySqlStore {
     /// semaphore `key`, with every other lock each holds, on a connection of its own:
     /// whether any did.
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
-        let name = self.0.mapping.lock_name(key.as_str())?;
+        let store_key = self.store_key(key)?;
         let mut conn = self.0.locks.sessions.connector.once().await?;
-        let mut holders: Vec<u64> = holder(&mut conn, &name).await?.into_iter().collect();
-        let permits = permits_held(&mut conn, &self.0.fence_table, &name)
+        let mut holders: Vec<u64> = holder(&mut conn, key, &store_key)
+            .await?
+            .into_iter()
+            .collect();
+        let permits = permits_held(&mut conn, &self.0.fence_table, &store_key)
             .await
-            .map_err(|e| failed(&name, "read its permits", e))?;
+            .map_err(|e| failed(key, "read its permits", e))?;
         if let Some((_, permits)) = permits {
             holders.extend(permits.iter().map(|&(_, holder)| holder));
         }
@@ -28,7 +32,7 @@ impl MySqlStore {
         for holder in &holders {
             conn.query_drop(sql::kill(*holder))
                 .await
-                .map_err(|e| failed(&name, "end its holder's session", e))?;
+                .map_err(|e| failed(key, "end its holder's session", e))?;
         }
         Ok(!holders.is_empty())
     }
@@ -38,10 +42,10 @@ impl MySqlStore {
     /// semaphore `key`'s permits held, each shown by its slot's number (in 8 hex digits),
     /// as one session may hold several.
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
-        let name = self.0.mapping.lock_name(key.as_str())?;
-        let (table, owned) = (self.0.fence_table.clone(), name.clone());
+        let store_key = self.store_key(key)?;
+        let (table, owned) = (self.0.fence_table.clone(), store_key.clone());
         let holders = self
-            .query(&name, "read its holders", move |conn| {
+            .query(key, "read its holders", move |conn| {
                 Box::pin(holders(conn, table, owned))
             })
             .await?;
@@ -66,23 +70,26 @@ enum Holders {
     /// A session holds the lock itself (its connection id); so many sessions wait for it,
     /// where the server counts them.
     Exclusive { holder: u64, waiting: Option<u64> },
-    /// Nobody holds the lock itself: the permits held of the semaphore of that name, as
+    /// Nobody holds the lock itself: the permits held of its semaphore, as
     /// [`permits_held`] gives them.
     Permits(Option<(u32, Vec<(u32, u64)>)>),
 }
 
-/// Who holds the lock `name`, whose semaphore's count is in `table`, on `conn`.
+/// Who holds the store key `store_key`, whose semaphore's count is in `table`, on `conn`.
 async fn holders(
     conn: &mut Conn,
     table: String,
-    name: String,
+    store_key: String,
 ) -> Result<Holders, mysql_async::Error> {
-    let holder: Option<Option<u64>> = conn.exec_first(sql::IS_USED_LOCK, (&name,)).await?;
+    let holder: Option<Option<u64>> = conn.exec_first(sql::IS_USED_LOCK, (&store_key,)).await?;
     let Some(holder) = holder.flatten() else {
-        return Ok(Holders::Permits(permits_held(conn, &table, &name).await?));
+        return Ok(Holders::Permits(
+            permits_held(conn, &table, &store_key).await?,
+        ));
     };
     // Without the privilege to read performance_schema, the count is unknown.
-    let waiting: Option<Option<Option<u64>>> = conn.exec_first(sql::WAITING, (&name,)).await.ok();
+    let waiting: Option<Option<Option<u64>>> =
+        conn.exec_first(sql::WAITING, (&store_key,)).await.ok();
     Ok(Holders::Exclusive {
         holder,
         waiting: waiting.flatten().flatten(),
@@ -95,11 +102,12 @@ fn shown(number: u64) -> HolderInfo {
     HolderInfo::new(&format!("{number:08x}"), None, None)
 }
 
-/// The connection id of the session that holds the user lock `name`, if any.
-async fn holder(conn: &mut Conn, name: &str) -> Result<Option<u64>, LockError> {
+/// The connection id of the session that holds `store_key`, the user lock of `key`, if
+/// any.
+async fn holder(conn: &mut Conn, key: &LockKey, store_key: &str) -> Result<Option<u64>, LockError> {
     let holder: Option<Option<u64>> = conn
-        .exec_first(sql::IS_USED_LOCK, (name,))
+        .exec_first(sql::IS_USED_LOCK, (store_key,))
         .await
-        .map_err(|e| failed(name, "read IS_USED_LOCK", e))?;
+        .map_err(|e| failed(key, "read IS_USED_LOCK", e))?;
     Ok(holder.flatten())
 }

@@ -35,7 +35,7 @@ pub(crate) struct Session {
 }
 
 impl sessions::Session for Session {
-    type Key = String;
+    type StoreKey = String;
 
     fn state(&self) -> &SessionState<String> {
         &self.state

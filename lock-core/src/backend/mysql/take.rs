@@ -10,57 +10,69 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::{Connect, Session};
 use super::{failed, semaphore, sql};
-use crate::LockError;
 use crate::backend::sql::session_locks;
 use crate::backend::sql::sessions::Session as _;
+use crate::backend::store::Acquire;
+use crate::{LockError, LockKey};
 
-/// One attempt on `session`, which other holds share, on the lock `name`: its fencing
-/// token if it took it. Taken while permits of the name are held, the lock is kept until
-/// they are given back, `deadline` or `abandoned` ([`drain_permits`]). A statement that
-/// fails may have taken the lock, so its session is ended.
+/// One attempt on `session`, which other holds share, on the lock of `request` by its
+/// `store_key`: its fencing token if it took it. Taken while permits of the lock are
+/// held, the lock is kept until they are given back, the request's deadline or
+/// `abandoned` ([`drain_permits`]). A statement that fails may have taken the lock, so
+/// its session is ended.
 pub(super) async fn once(
     session: &Session,
     table: &str,
-    name: &str,
-    deadline: Instant,
+    request: &Acquire,
+    store_key: &str,
     permits_released: &Notify,
     abandoned: &CancellationToken,
 ) -> Result<Option<u64>, LockError> {
+    let deadline = request.deadline;
     let statement = sql::take_now(table);
-    let took = match fence(session, statement, (name, name).into()).await {
+    let took = match fence(session, statement, (store_key, store_key).into()).await {
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
         Ok(Took::Nothing) => Ok(None),
         Ok(Took::OnASemaphore) => {
-            drain_permits(session, table, name, deadline, permits_released, abandoned).await
+            drain_permits(
+                session,
+                table,
+                store_key,
+                deadline,
+                permits_released,
+                abandoned,
+            )
+            .await
         }
         Err(e) => Err(e),
     };
     took.map_err(|e| {
         session.state().end();
-        failed(name, "take it", e)
+        failed(&request.key, "take it", e)
     })
 }
 
 /// Waits inside the server (`GET_LOCK` with the time left) on `session`, which holds
-/// nothing else, until `deadline`: the fencing token if it took the lock `name`, or
-/// `None` if it was still held then or the wait was `abandoned`, which ends the session
-/// (`KILL`, from a connection of its own) so that the server takes nothing for it. Taken
-/// while permits of the name are held, the lock is kept until they are given back
-/// ([`drain_permits`]).
+/// nothing else, until the deadline of `request`: the fencing token if it took its lock
+/// by its `store_key`, or `None` if it was still held then or the wait was `abandoned`,
+/// which ends the session (`KILL`, from a connection of its own) so that the server
+/// takes nothing for it. Taken while permits of the lock are held, the lock is kept
+/// until they are given back ([`drain_permits`]).
 pub(super) async fn wait(
     session: &Session,
     connect: &Connect,
     table: &str,
-    name: &str,
-    deadline: Instant,
+    request: &Acquire,
+    store_key: &str,
     permits_released: &Notify,
     abandoned: CancellationToken,
 ) -> Result<Option<u64>, LockError> {
+    let deadline = request.deadline;
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
     let statement = sql::take_waiting(table);
     let waited = tokio::select! {
-        waited = fence(session, statement, (name, name, seconds).into()) => waited,
+        waited = fence(session, statement, (store_key, store_key, seconds).into()) => waited,
         () = abandoned.cancelled() => {
             kill(connect, session).await;
             return Ok(None);
@@ -70,27 +82,35 @@ pub(super) async fn wait(
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
         Ok(Took::Nothing) => Ok(None),
         Ok(Took::OnASemaphore) => {
-            drain_permits(session, table, name, deadline, permits_released, &abandoned).await
+            drain_permits(
+                session,
+                table,
+                store_key,
+                deadline,
+                permits_released,
+                &abandoned,
+            )
+            .await
         }
         Err(e) => Err(e),
     };
     took.map_err(|e| {
         // The session holds nothing else: ending it gives back whatever it took.
         session.state().end();
-        failed(name, "wait for it", e)
+        failed(&request.key, "wait for it", e)
     })
 }
 
-/// Holds the lock `name`, taken on `session` while permits of the name are held, until
-/// they are given back: a permit sees the lock held and keeps out, so the holders drain,
-/// as readers do before a waiting writer. The fencing token then; `None`, the lock given
+/// Holds `store_key`, taken on `session` while permits of its lock are held, until they
+/// are given back: a permit sees the lock held and keeps out, so the holders drain, as
+/// readers do before a waiting writer. The fencing token then; `None`, the lock given
 /// back, if permits are still held at `deadline` or the wait is `abandoned`. It looks
 /// again each time this store gives a permit back, or after
 /// [`POLL`](session_locks::POLL).
 pub(super) async fn drain_permits(
     session: &Session,
     table: &str,
-    name: &str,
+    store_key: &str,
     deadline: Instant,
     permits_released: &Notify,
     abandoned: &CancellationToken,
@@ -99,19 +119,19 @@ pub(super) async fn drain_permits(
         let released = permits_released.notified();
         let mut released = std::pin::pin!(released);
         released.as_mut().enable();
-        if let Some(fence) = semaphore::fence_unless_permits(session, table, name).await? {
+        if let Some(fence) = semaphore::fence_unless_permits(session, table, store_key).await? {
             return Ok(Some(fence));
         }
         if !session_locks::retry(released, deadline, abandoned).await {
-            give_back(session, name).await?;
+            give_back(session, store_key).await?;
             return Ok(None);
         }
     }
 }
 
-/// Gives back the lock `name` that `session` holds.
-async fn give_back(session: &Session, name: &str) -> Result<(), mysql_async::Error> {
-    let owned = name.to_owned();
+/// Gives back the store key `store_key` that `session` holds.
+async fn give_back(session: &Session, store_key: &str) -> Result<(), mysql_async::Error> {
+    let owned = store_key.to_owned();
     session
         .run(move |conn| Box::pin(conn.exec_drop(sql::DO_RELEASE_LOCK, (owned,))))
         .await
@@ -130,14 +150,18 @@ async fn kill(connect: &Connect, session: &Session) {
     session.state().end();
 }
 
-/// Gives back one hold of `name` (a lock, or a permit's slot) on `session`: whether it
-/// held one.
-pub(super) async fn unlock(session: &Session, name: &str) -> Result<bool, LockError> {
-    let owned = name.to_owned();
+/// Gives back one hold of `store_key` (the lock `key`, or a slot of its permits) on
+/// `session`: whether it held one.
+pub(super) async fn unlock(
+    session: &Session,
+    key: &LockKey,
+    store_key: &str,
+) -> Result<bool, LockError> {
+    let owned = store_key.to_owned();
     let released: Option<Option<i64>> = session
         .run(move |conn| Box::pin(conn.exec_first(sql::RELEASE_LOCK, (owned,))))
         .await
-        .map_err(|e| failed(name, "release it", e))?;
+        .map_err(|e| failed(key, "release it", e))?;
     Ok(released == Some(Some(1)))
 }
 
@@ -147,8 +171,8 @@ enum Took {
     Nothing,
     /// It took the lock, with this fencing token.
     Fenced(u64),
-    /// It took the lock of a name that has been a semaphore, and drew no token: a permit
-    /// of the name may be held.
+    /// It took a lock that has been a semaphore, and drew no token: a permit of it may be
+    /// held.
     OnASemaphore,
 }
 

@@ -87,9 +87,9 @@ impl PostgresStoreBuilder {
     }
 
     /// How many connections the store opens at most ([`DEFAULT_MAX_CONNECTIONS`] unless
-    /// told otherwise). Holds of different names share them, but two holds of one name
+    /// told otherwise). Holds of different keys share them, but two holds of one key
     /// never share one (so that each is a row of `pg_locks`): the store holds at most
-    /// this many reads of one name at once. A connection waiting inside the server for
+    /// this many reads of one key at once. A connection waiting inside the server for
     /// a lock holds nothing else. When no connection can take a lock, a further acquire
     /// waits for one to come free, until its deadline.
     pub fn max_connections(mut self, max: usize) -> Self {
@@ -105,7 +105,7 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// How a lock's name becomes its advisory key ([`KeyMapping::DistributedLock`]
+    /// How a lock's key becomes its advisory key ([`KeyMapping::DistributedLock`]
     /// unless told otherwise).
     pub fn key_mapping(mut self, mapping: KeyMapping) -> Self {
         self.key_mapping = mapping;

@@ -1,38 +1,41 @@
-//! From a lock's name to its advisory key, as madelson's DistributedLock maps names
-//! (`PostgresAdvisoryLockKey`), so that a lock named `K` is one advisory lock in both.
+//! From a lock's key to its store key, an advisory key, as madelson's DistributedLock
+//! maps names (`PostgresAdvisoryLockKey`), so that the lock `K` is one advisory lock in
+//! both.
 
 use std::fmt;
 
-/// How a [`PostgresStore`](super::PostgresStore) turns a lock's name into its advisory key.
+/// How a [`PostgresStore`](super::PostgresStore) turns a lock's key into its advisory key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyMapping {
     /// DistributedLock's mapping (its `PostgresAdvisoryLockKey` with `allowHashing`):
-    /// an ASCII name of at most 9 characters is packed 7 bits a character into a pair of
+    /// an ASCII key of at most 9 characters is packed 7 bits a character into a pair of
     /// int4 keys; 16 hex digits are one bigint; `XXXXXXXX,XXXXXXXX` (8 hex digits twice)
-    /// is a pair of int4 keys; any other name is the first 8 bytes of the SHA-1 of its
+    /// is a pair of int4 keys; any other key is the first 8 bytes of the SHA-1 of its
     /// UTF-8, read little-endian as a signed bigint.
     #[default]
     DistributedLock,
-    /// Every name hashed, as DistributedLock hashes the names that take none of its
+    /// Every key hashed, as DistributedLock hashes the names that take none of its
     /// short forms: the first 8 bytes of the SHA-1 of its UTF-8, read little-endian as a
     /// signed bigint. For peers that hash every name.
     Hashed,
 }
 
-/// The advisory lock a name stands for: one bigint, or a pair of int4 keys. The two are
-/// different locks in PostgreSQL, even for the same 64 bits.
+/// The advisory lock a key stands for, a PostgreSQL store's store key: one bigint, or a
+/// pair of int4 keys. The two are different locks in PostgreSQL, even for the same 64
+/// bits.
 ///
 /// Its [`Display`](fmt::Display) is DistributedLock's name for it (16 hex digits, or
-/// `XXXXXXXX,XXXXXXXX`), which maps back to it: the name to lock for an explicit key.
+/// `XXXXXXXX,XXXXXXXX`), which maps back to it: the key to lock for an explicit advisory
+/// key.
 ///
 /// ```
 /// use lock_core::backend::postgres::{AdvisoryKey, KeyMapping};
 ///
 /// // DistributedLock's published vectors.
 /// assert_eq!(KeyMapping::DistributedLock.key("MyLockName"), AdvisoryKey::Bigint(4062898426641073528));
-/// // An explicit key, as hand-written SQL's `pg_advisory_lock(42)`: lock the name it
-/// // displays as.
+/// // An explicit advisory key, as hand-written SQL's `pg_advisory_lock(42)`: lock the
+/// // key it displays as.
 /// let explicit = AdvisoryKey::Bigint(42);
 /// assert_eq!(explicit.to_string(), "000000000000002a");
 /// assert_eq!(KeyMapping::DistributedLock.key(&explicit.to_string()), explicit);
@@ -52,13 +55,13 @@ const ASCII_MAX: i64 = (1 << ASCII_BITS) - 1;
 const MAX_ASCII_LEN: usize = 9;
 
 impl KeyMapping {
-    /// The advisory key of the lock `name`.
-    pub fn key(self, name: &str) -> AdvisoryKey {
+    /// The advisory key of the lock `key`.
+    pub fn key(self, key: &str) -> AdvisoryKey {
         match self {
-            Self::DistributedLock => ascii(name)
-                .or_else(|| hex(name))
-                .unwrap_or_else(|| hashed(name)),
-            Self::Hashed => hashed(name),
+            Self::DistributedLock => ascii(key)
+                .or_else(|| hex(key))
+                .unwrap_or_else(|| hashed(key)),
+            Self::Hashed => hashed(key),
         }
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! let locker = Locker::postgres("postgres://app:secret@10.0.0.5:5432/app").await?;
 //! let guard = locker.lock("balance:42").await?;
-//! // Strictly greater for every later hold of the name by this crate, across restarts.
+//! // Strictly greater for every later hold of the key by this crate, across restarts.
 //! let fence = guard.fencing_token();
 //! # let _ = fence;
 //! guard.release().await?;
@@ -19,24 +19,24 @@
 //! # Keys
 //!
 //! The lock `K` is the advisory lock that [`KeyMapping::DistributedLock`] gives for `K`
-//! (see there): a .NET service's `new PostgresDistributedLock(new
+//! (see there), its store key: a .NET service's `new PostgresDistributedLock(new
 //! PostgresAdvisoryLockKey("K", allowHashing: true), connectionString)` takes the same
-//! lock. An ASCII name of at most 9 characters is a pair of int4 keys
-//! (`pg_advisory_lock(int4, int4)`), and a hashed name one bigint; a peer must pass the
-//! same form, as the two are different locks. For an explicit key (sqlx's migration
-//! lock, hand-written SQL), lock the name that [`AdvisoryKey`] displays (16 hex digits, or
-//! `XXXXXXXX,XXXXXXXX`).
+//! lock. An ASCII key of at most 9 characters is a pair of int4 keys
+//! (`pg_advisory_lock(int4, int4)`), and a hashed key one bigint; a peer must pass the
+//! same form, as the two are different locks. For an explicit advisory key (sqlx's
+//! migration lock, hand-written SQL), lock the key that [`AdvisoryKey`] displays (16 hex
+//! digits, or `XXXXXXXX,XXXXXXXX`).
 //!
 //! A Python service using pals shares a lock too: pals' `Locker("billing",
 //! url).lock("balance:42")` takes the bigint of SHA-1 of `billing.balance:42`, which is
 //! this store's lock `billing.balance:42`. pals hashes every name, so a full name
 //! (`app.name`) of at most 9 ASCII characters, or of 16 hex digits, is a different lock
-//! on each side, unless the store hashes every name too ([`KeyMapping::Hashed`]).
+//! on each side, unless the store hashes every key too ([`KeyMapping::Hashed`]).
 //!
 //! The advisory key is all PostgreSQL knows of a lock, and it has no namespace (the
 //! `Locker`'s namespace is a Redis setting). Two applications sharing one database keep
-//! their locks apart by naming them apart (a prefix of their own, such as `billing:`,
-//! which makes every name longer than 9 characters a hashed one), or by using databases
+//! their locks apart by keying them apart (a prefix of their own, such as `billing:`,
+//! which makes every key longer than 9 characters a hashed one), or by using databases
 //! of their own: advisory locks are per database.
 //!
 //! # Kinds
@@ -44,23 +44,23 @@
 //! | kind | server side |
 //! |---|---|
 //! | exclusive, fair, write | `pg_advisory_lock` |
-//! | read | `pg_advisory_lock_shared`, on the same key |
-//! | semaphore | `pg_try_advisory_lock` of one of the name's permit slots (below) |
+//! | read | `pg_advisory_lock_shared`, on the same advisory key |
+//! | semaphore | `pg_try_advisory_lock` of one of the key's permit slots (below) |
 //!
 //! A wait happens inside the server: `pg_advisory_lock` under `SET lock_timeout`, on a
 //! session that holds nothing else, so the server's first-come-first-served queue orders
 //! every waiter, foreign ones included, and a release by anyone (`psql`, DistributedLock)
 //! wakes the next at once. Exclusive and fair locks are therefore the same. Within one
-//! store, one session at most waits on a name, and holders of one name are kept apart
+//! store, one session at most waits on a key, and holders of one key are kept apart
 //! locally (a session never blocks itself); a lock that is free is taken in one attempt
 //! (`pg_try_advisory_lock`) on any session that is not waiting and holds nothing of that
-//! name, so holds of different names share sessions, and each hold of a name is a
+//! key, so holds of different keys share sessions, and each hold of a key is a
 //! `pg_locks` row of its own.
 //!
 //! ## Semaphores
 //!
 //! Permit `i` (from 0) of the semaphore `K` is the advisory lock of the bigint whose
-//! upper 32 bits are those of [`KeyMapping::Hashed`]'s key for the name `K#permits` and
+//! upper 32 bits are those of [`KeyMapping::Hashed`]'s advisory key for `K#permits` and
 //! whose lower 32 bits are `i` (`pg_locks` shows it with `classid` the upper half,
 //! `objid` `i`, `objsubid` 1). The count is stored in the `permits` column of the fence
 //! table's row of `K` on first use; a handle with another count is refused
@@ -74,36 +74,36 @@
 //! A permit's waiter tries again when a permit is announced given back (this crate's
 //! releases send `NOTIFY lock_permits`, and every session of the store `LISTEN`s), and
 //! every 250 ms besides: a session that ends frees its slots without a word (as does a
-//! release of the name's own key, which may have kept permits out), and no statement can
-//! wait inside the server for whichever of several slots comes free first (waiting on
-//! each would take a connection a permit). So a permit freed by a dead holder, or by a
-//! foreign client, is found within 250 ms.
+//! release of the key's own advisory lock, which may have kept permits out), and no
+//! statement can wait inside the server for whichever of several slots comes free first
+//! (waiting on each would take a connection a permit). So a permit freed by a dead
+//! holder, or by a foreign client, is found within 250 ms.
 //!
-//! One name's kinds exclude each other, while readers share with readers and permits
-//! with permits: two lock modes cannot say that (a reader stays
-//! `pg_advisory_lock_shared` on the name's key, as DistributedLock's is). So each side
-//! takes its own lock first and then, in the same statement, looks for the other's in
-//! `pg_locks`, giving its own back if it finds one. A permit attempt, having taken its
-//! slot, looks for any hold of the name's key; a take of the name's key, once granted,
-//! looks for a held slot, but only if the name's row says it has been a semaphore (names
-//! never used as one pay nothing). Were both let in, each one's look would have come
-//! before the other's take, though each took before it looked: impossible, since a
-//! granted advisory lock is in `pg_locks` for every session at once (the view reads the
-//! server's shared lock table). A waiter inside the server that is granted the name's
-//! key while a permit is held gives it back and waits again as a permit's waiter does.
+//! One key's kinds exclude each other, while readers share with readers and permits with
+//! permits: two lock modes cannot say that (a reader stays `pg_advisory_lock_shared` on the
+//! key's advisory key, as DistributedLock's is). So each side takes its own lock first and
+//! then, in the same statement, looks for the other's in `pg_locks`, giving its own back if
+//! it finds one. A permit attempt, having taken its slot, looks for any hold of the key's
+//! advisory key; a take of the key's advisory key, once granted, looks for a held slot, but
+//! only if the key's row says it has been a semaphore (keys never used as one pay nothing).
+//! Were both let in, each one's look would have come before the other's take, though each
+//! took before it looked: impossible, since a granted advisory lock is in `pg_locks` for
+//! every session at once (the view reads the server's shared lock table). A waiter inside
+//! the server that is granted the key's advisory key while a permit is held gives it back
+//! and waits again as a permit's waiter does.
 //!
-//! A foreign client sees the permits as advisory locks on the slot keys. It may take a
-//! free slot below the count with `pg_try_advisory_lock`, which this store counts; but a
-//! foreign reader or writer of `K` does not look for permits, so only this store's
+//! A foreign client sees the permits as advisory locks on the slots' advisory keys. It may
+//! take a free slot below the count with `pg_try_advisory_lock`, which this store counts;
+//! but a foreign reader or writer of `K` does not look for permits, so only this store's
 //! permits give way to it, not the other way round.
 //!
 //! # Fencing tokens
 //!
 //! The statement that takes a lock also draws its token from the fence table
-//! ([`PostgresStoreBuilder::fence_table`], created on first use): `INSERT ..
-//! ON CONFLICT (name) DO UPDATE SET fence = fence + 1 RETURNING fence`, one row a name,
-//! durable across server restarts. Only this crate's holders draw one: a foreign holder
-//! of the same key does not. The row also records the owner token of the hold taken
+//! ([`PostgresStoreBuilder::fence_table`], created on first use): `INSERT .. ON CONFLICT
+//! (name) DO UPDATE SET fence = fence + 1 RETURNING fence`, one row a key (in its `name`
+//! column), durable across server restarts. Only this crate's holders draw one: a foreign
+//! holder of the same key does not. The row also records the owner token of the hold taken
 //! last and its session's pid (`holder`, `held_by`), for `inspect`.
 //!
 //! # Sessions
@@ -250,10 +250,11 @@ impl PostgresStore {
     }
 
     /// Runs `sql`, which never waits, on a session that is not waiting, or on a
-    /// connection of its own when every one is.
+    /// connection of its own when every one is; its error is the lock `key`'s, met while
+    /// `doing`.
     async fn query(
         &self,
-        name: &str,
+        key: &LockKey,
         doing: &str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
@@ -265,13 +266,13 @@ impl PostgresStore {
                 client.query(sql, params).await
             }
         };
-        rows.map_err(|e| failed(name, doing, e))
+        rows.map_err(|e| failed(key, doing, e))
     }
 }
 
-/// The error of a statement about the lock `name` that failed while `doing`.
-fn failed(name: &str, doing: &str, error: tokio_postgres::Error) -> LockError {
-    LockError::backend(format!("postgres lock {name:?}: cannot {doing}"), error)
+/// The error of a statement about the lock `key` that failed while `doing`.
+fn failed(key: &LockKey, doing: &str, error: tokio_postgres::Error) -> LockError {
+    LockError::failed("postgres", key, doing, error)
 }
 
 /// Whether `CREATE TABLE IF NOT EXISTS` failed because another store created the table at
@@ -288,7 +289,7 @@ fn created_meanwhile(e: &tokio_postgres::Error) -> bool {
 }
 
 impl Server for PostgresStore {
-    type Key = AdvisoryKey;
+    type StoreKey = AdvisoryKey;
     type Session = Session;
     type Connector = Connect;
 
@@ -298,29 +299,29 @@ impl Server for PostgresStore {
         &self.0.locks
     }
 
-    fn key(&self, name: &str) -> Result<AdvisoryKey, LockError> {
-        Ok(self.0.mapping.key(name))
+    fn store_key(&self, key: &LockKey) -> Result<AdvisoryKey, LockError> {
+        Ok(self.0.mapping.key(key.as_str()))
     }
 
-    /// Gives the lock back at once if a permit of the name is held.
+    /// Gives the lock back at once if a permit of it is held.
     async fn once(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &AdvisoryKey,
+        store_key: &AdvisoryKey,
         _: &CancellationToken,
     ) -> Result<Option<u64>, LockError> {
-        take::once(session, &self.0.fence_table, request, *key).await
+        take::once(session, &self.0.fence_table, request, *store_key).await
     }
 
     async fn wait(
         &self,
         session: &Session,
         request: &Acquire,
-        key: &AdvisoryKey,
+        store_key: &AdvisoryKey,
         abandoned: CancellationToken,
     ) -> Result<Option<u64>, LockError> {
-        take::wait(session, &self.0.fence_table, request, *key, abandoned).await
+        take::wait(session, &self.0.fence_table, request, *store_key, abandoned).await
     }
 
     async fn take_permit(
@@ -335,12 +336,13 @@ impl Server for PostgresStore {
     async fn unlock(
         &self,
         session: &Session,
-        key: &AdvisoryKey,
+        key: &LockKey,
+        store_key: &AdvisoryKey,
         kind: LockKind,
     ) -> Result<bool, LockError> {
-        take::unlock(session, *key, kind)
+        take::unlock(session, *store_key, kind)
             .await
-            .map_err(|e| LockError::backend("postgres: cannot release a lock", e))
+            .map_err(|e| failed(key, "release it", e))
     }
 }
 
@@ -359,7 +361,7 @@ impl Store for PostgresStore {
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(session_locks::release(self, hold.token))
+        Box::pin(session_locks::release(self, hold))
     }
 
     /// The stored count (or `permits`) less the permits held, by anyone.
@@ -386,7 +388,7 @@ impl Store for PostgresStore {
     }
 
     /// As `pg_locks` shows the lock: each holding session is one holder (this crate never
-    /// stacks two holds of a name on one session). The one that took it last through
+    /// stacks two holds of a key on one session). The one that took it last through
     /// this crate shows its owner token, its fencing token and its kind, as the fence
     /// table records them; any other by its backend's pid (in 8 hex digits, in place of
     /// a token), a shared hold as a read and any other as exclusive. Then the sessions

@@ -19,10 +19,10 @@ impl PostgresStore {
         let row = client
             .query_one(&sql::force_unlock(), &[&classid, &objid, &objsubid, &slots])
             .await
-            .map_err(|e| failed(key.as_str(), "end its holders' sessions", e))?;
+            .map_err(|e| failed(key, "end its holders' sessions", e))?;
         let ended: i64 = row
             .try_get(0)
-            .map_err(|e| failed(key.as_str(), "count its holders", e))?;
+            .map_err(|e| failed(key, "count its holders", e))?;
         Ok(ended > 0)
     }
 
@@ -32,14 +32,14 @@ impl PostgresStore {
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let (classid, objid, objsubid) = self.0.mapping.key(key.as_str()).pg_locks();
         let sql = sql::inspect(&self.0.fence_table);
-        let name = key.as_str();
-        let params: [&(dyn ToSql + Sync); 4] = [&classid, &objid, &objsubid, &name];
-        let rows = self.query(name, "read pg_locks", &sql, &params).await?;
-        let info = lock_info(&rows).map_err(|e| failed(name, "read pg_locks", e))?;
+        let key_str = key.as_str();
+        let params: [&(dyn ToSql + Sync); 4] = [&classid, &objid, &objsubid, &key_str];
+        let rows = self.query(key, "read pg_locks", &sql, &params).await?;
+        let info = lock_info(&rows).map_err(|e| failed(key, "read pg_locks", e))?;
         if info.is_some() {
             return Ok(info);
         }
-        let Some((permits, slots)) = self.inspect_permits(name).await? else {
+        let Some((permits, slots)) = self.inspect_permits(key).await? else {
             return Ok(None);
         };
         let holders = slots
@@ -51,12 +51,12 @@ impl PostgresStore {
     }
 }
 
-/// What the rows of `pg_locks` for one key say, each joined with the key's row of the
-/// fence table: each holding session is one holder (this store never stacks two holds of
-/// a name on one session). The session that took the lock last through this crate, as
-/// the fence table records it, shows the owner token and the fencing token of its hold,
-/// and the kind it was taken as; any other session is shown by its backend's pid (in 8
-/// hex digits), a shared hold as a read and any other as exclusive.
+/// What the rows of `pg_locks` for one advisory key say, each joined with the fence
+/// table's row of its key: each holding session is one holder (this store never stacks
+/// two holds of a lock on one session). The session that took the lock last through this
+/// crate, as the fence table records it, shows the owner token and the fencing token of
+/// its hold, and the kind it was taken as; any other session is shown by its backend's
+/// pid (in 8 hex digits), a shared hold as a read and any other as exclusive.
 fn lock_info(rows: &[Row]) -> Result<Option<LockInfo>, tokio_postgres::Error> {
     let mut holders = Vec::new();
     let mut kind = None;

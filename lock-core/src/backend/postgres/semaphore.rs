@@ -1,6 +1,7 @@
-//! Semaphores as permit slots: advisory locks of one bigint each, derived from the name,
-//! whose count is stored in the fence table's row of the name; each attempt gives way to
-//! a hold of the name's own key. See the [module docs](super#semaphores) for the design.
+//! Semaphores as permit slots: advisory locks of one bigint each, derived from the key,
+//! whose count is stored in the fence table's row of the key; each attempt gives way to
+//! a hold of the key's own advisory lock. See the [module docs](super#semaphores) for
+//! the design.
 
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
@@ -21,16 +22,17 @@ pub(super) struct Slots {
 }
 
 impl Slots {
-    pub(super) fn of(name: &str) -> Self {
-        let high = match KeyMapping::Hashed.key(&format!("{name}#permits")) {
-            AdvisoryKey::Bigint(key) => (key >> 32) as i32,
+    /// The slots of the semaphore `key`.
+    pub(super) fn of(key: &str) -> Self {
+        let high = match KeyMapping::Hashed.key(&format!("{key}#permits")) {
+            AdvisoryKey::Bigint(bigint) => (bigint >> 32) as i32,
             AdvisoryKey::Pair(high, _) => high,
         };
         Self { high }
     }
 
-    /// The advisory key of slot `slot`.
-    fn key(self, slot: u32) -> AdvisoryKey {
+    /// The store key of slot `slot`.
+    fn store_key(self, slot: u32) -> AdvisoryKey {
         AdvisoryKey::Bigint((i64::from(self.high) << 32) | i64::from(slot))
     }
 
@@ -66,7 +68,7 @@ impl PostgresStore {
     }
 
     /// Takes a free permit on `session` if fewer than the stored count are held and
-    /// nobody holds the name's own advisory lock, storing `permits` as the count on first
+    /// nobody holds the key's own advisory lock, storing `permits` as the count on first
     /// use: the permit, `None` if none is free, or [`LockError::Config`] if another count
     /// is stored. A statement that fails may have taken a slot, so its session is ended.
     async fn attempt_permit(
@@ -78,19 +80,19 @@ impl PostgresStore {
     ) -> Result<Option<Taken<Self>>, LockError> {
         let sql = sql::take_permit(&self.0.fence_table);
         let store_count = sql::store_first_count(&self.0.fence_table);
-        let name = key.as_str();
+        let key_str = key.as_str();
         let asked = i64::from(permits);
         let high = i64::from(slots.high);
         let classid = slots.classid();
-        let (key_classid, key_objid, key_objsubid) = self.0.mapping.key(name).pg_locks();
+        let (lock_classid, lock_objid, lock_objsubid) = self.0.mapping.key(key_str).pg_locks();
         let params: [&(dyn ToSql + Sync); 7] = [
-            &name,
+            &key_str,
             &asked,
             &high,
             &classid,
-            &key_classid,
-            &key_objid,
-            &key_objsubid,
+            &lock_classid,
+            &lock_objid,
+            &lock_objsubid,
         ];
         let attempt = async {
             let statement = session.prepare(&sql).await?;
@@ -114,21 +116,16 @@ impl PostgresStore {
             Ok(None) => return Ok(None),
             Err(e) => {
                 session.state().end();
-                return Err(failed(name, "take a permit", e));
+                return Err(failed(key, "take a permit", e));
             }
         };
         if let Some((fence, slot)) = taken {
             let slot = u32::try_from(slot).unwrap_or_default();
             let fence = u64::try_from(fence).unwrap_or_default();
             let kind = LockKind::Semaphore { permits };
-            let slot_key = slots.key(slot);
-            return Ok(Some(Taken::new(
-                self,
-                session.clone(),
-                &slot_key,
-                kind,
-                fence,
-            )));
+            let slot_key = slots.store_key(slot);
+            let session = session.clone();
+            return Ok(Some(Taken::new(self, session, key, &slot_key, kind, fence)));
         }
         if stored != asked {
             let stored = u32::try_from(stored).unwrap_or(u32::MAX);
@@ -138,25 +135,30 @@ impl PostgresStore {
     }
 
     /// The permits of the semaphore `key` free now: its stored count (or `permits`) less
-    /// the permits held; none while the name's own advisory lock is held.
+    /// the permits held; none while the key's own advisory lock is held.
     pub(super) async fn available_permits(
         &self,
         key: &LockKey,
         permits: u32,
     ) -> Result<u32, LockError> {
         let sql = sql::count_permits(&self.0.fence_table);
-        let name = key.as_str();
-        let classid = Slots::of(name).classid();
-        let (key_classid, key_objid, key_objsubid) = self.0.mapping.key(name).pg_locks();
-        let params: [&(dyn ToSql + Sync); 5] =
-            [&name, &classid, &key_classid, &key_objid, &key_objsubid];
-        let rows = self.query(name, "count its permits", &sql, &params).await?;
+        let key_str = key.as_str();
+        let classid = Slots::of(key_str).classid();
+        let (lock_classid, lock_objid, lock_objsubid) = self.0.mapping.key(key_str).pg_locks();
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &key_str,
+            &classid,
+            &lock_classid,
+            &lock_objid,
+            &lock_objsubid,
+        ];
+        let rows = self.query(key, "count its permits", &sql, &params).await?;
         let read = |row: &tokio_postgres::Row| {
             Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
         };
         let (stored, held, locked): (Option<i64>, i64, bool) = match rows.first().map(read) {
             Some(Ok(row)) => row,
-            Some(Err(e)) => return Err(failed(name, "count its permits", e)),
+            Some(Err(e)) => return Err(failed(key, "count its permits", e)),
             None => (None, 0, false),
         };
         if locked {
@@ -170,27 +172,33 @@ impl PostgresStore {
     /// count may let a waiter in.
     pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
         let sql = sql::store_count(&self.0.fence_table);
-        let name = key.as_str();
-        self.query(name, "store its count", &sql, &[&name, &i64::from(permits)])
-            .await?;
+        let key_str = key.as_str();
+        self.query(
+            key,
+            "store its count",
+            &sql,
+            &[&key_str, &i64::from(permits)],
+        )
+        .await?;
         Ok(())
     }
 
-    /// The holders of the semaphore `name`'s permits, each shown by its slot's number (in
+    /// The holders of the semaphore `key`'s permits, each shown by its slot's number (in
     /// 8 hex digits, in place of a token), and its stored count: `None` if none is held.
     pub(super) async fn inspect_permits(
         &self,
-        name: &str,
+        key: &LockKey,
     ) -> Result<Option<(u32, Vec<String>)>, LockError> {
         let sql = sql::inspect_permits(&self.0.fence_table);
-        let classid = Slots::of(name).classid();
+        let key_str = key.as_str();
+        let classid = Slots::of(key_str).classid();
         let rows = self
-            .query(name, "read pg_locks", &sql, &[&name, &classid])
+            .query(key, "read pg_locks", &sql, &[&key_str, &classid])
             .await?;
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let read = |e| failed(name, "read pg_locks", e);
+        let read = |e| failed(key, "read pg_locks", e);
         let stored: i64 = first.try_get(0).map_err(read)?;
         let mut slots = Vec::with_capacity(rows.len());
         for row in &rows {

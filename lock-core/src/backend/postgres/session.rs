@@ -38,7 +38,7 @@ pub(crate) struct Session {
 }
 
 impl sessions::Session for Session {
-    type Key = AdvisoryKey;
+    type StoreKey = AdvisoryKey;
 
     fn state(&self) -> &SessionState<AdvisoryKey> {
         &self.state

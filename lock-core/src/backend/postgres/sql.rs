@@ -3,10 +3,11 @@
 //! their rows; none builds SQL of its own.
 //!
 //! `table` is always the fence table, whose name the builder checked (ASCII letters,
-//! digits and `_`, or `schema.name`), so it is written into the text. A key "as
-//! `pg_locks` shows it" is `classid` and `objid` (int8, each an unsigned 32-bit oid) and
-//! `objsubid` (int2: 1 for a bigint key, 2 for a pair); a semaphore's slots' `classid`
-//! is the upper half of every slot's key, shown the same way.
+//! digits and `_`, or `schema.name`), so it is written into the text. A key is the
+//! caller's (text); an advisory key, the store key it maps to, "as `pg_locks` shows it"
+//! is `classid` and `objid` (int8, each an unsigned 32-bit oid) and `objsubid` (int2: 1
+//! for a bigint, 2 for a pair); a semaphore's slots' `classid` is the upper half of every
+//! slot's advisory key, shown the same way.
 
 use crate::LockKind;
 
@@ -41,7 +42,7 @@ pub(super) fn open_session(lease_ms: u128) -> String {
     format!("SET idle_session_timeout = {lease_ms}; LISTEN {CHANNEL}")
 }
 
-/// Creates the fence table if it is missing: one row a name, with its last fencing
+/// Creates the fence table if it is missing: one row a key, with its last fencing
 /// token (`fence`), its semaphore count (`permits`), and the owner token and backend pid
 /// of the hold taken last (`holder`, `held_by`).
 /// No parameters; answers nothing.
@@ -69,10 +70,10 @@ pub(super) fn complete_fence_table(table: &str) -> String {
 
 /// Takes the advisory lock as `attempt` (shared for a read), and draws its fencing token
 /// from `table`, recording there the owner token and the session's pid; unless the
-/// name's row says it has been a semaphore and one of its permits is held (`pg_locks`,
+/// key's row says it has been a semaphore and one of its permits is held (`pg_locks`,
 /// read after the lock was taken): then it gives the lock back.
-/// `$1` the name (text), `$2` the owner token (text), `$3` the name's slots' `classid`
-/// (int8), `$4` the key (int8), or `$4`, `$5` (int4, int4) for a pair.
+/// `$1` the key (text), `$2` the owner token (text), `$3` the key's slots' `classid`
+/// (int8), `$4` the advisory key (int8), or `$4`, `$5` (int4, int4) for a pair.
 /// Answers one row, the fencing token (`fence`, int8), if it took the lock and kept it;
 /// no row if it gave it back, or ([`Attempt::Once`]) if the lock is held.
 pub(super) fn take(table: &str, shape: KeyShape, kind: LockKind, attempt: Attempt) -> String {
@@ -116,9 +117,9 @@ pub(super) const NO_LOCK_TIMEOUT: &str = "SET lock_timeout = 0";
 /// No parameters; answers one row, which nobody reads.
 pub(super) const UNLOCK_ALL: &str = "SELECT pg_advisory_unlock_all()";
 
-/// Gives back one hold of a key of the `kind` given (shared for a read), and announces a
-/// permit given back on the channel every session listens on.
-/// `$1` the key (int8), or `$1`, `$2` (int4, int4) for a pair.
+/// Gives back one hold of an advisory key of the `kind` given (shared for a read), and
+/// announces a permit given back on the channel every session listens on.
+/// `$1` the advisory key (int8), or `$1`, `$2` (int4, int4) for a pair.
 /// Answers one row: whether the session held it (bool), and for a permit the
 /// announcement's empty result besides.
 pub(super) fn unlock(shape: KeyShape, kind: LockKind) -> String {
@@ -134,12 +135,12 @@ pub(super) fn unlock(shape: KeyShape, kind: LockKind) -> String {
 }
 
 /// Takes a free permit slot of a semaphore whose count is stored, if fewer than the count
-/// are held and the count is `$2`; gives it back at once if anyone holds the name's own
-/// key; and draws the fencing token from the name's row, which it locks (`FOR UPDATE`)
-/// so that attempts on one semaphore take turns.
-/// `$1` the name (text), `$2` the count asked with (int8), `$3` the upper half of the
-/// slots' keys (int8, signed), `$4` the slots' `classid` (int8), `$5`, `$6`, `$7` the
-/// name's key as `pg_locks` shows it.
+/// are held and the count is `$2`; gives it back at once if anyone holds the key's own
+/// advisory key; and draws the fencing token from the key's row, which it locks (`FOR
+/// UPDATE`) so that attempts on one semaphore take turns.
+/// `$1` the key (text), `$2` the count asked with (int8), `$3` the upper half of the
+/// slots' advisory keys (int8, signed), `$4` the slots' `classid` (int8), `$5`, `$6`,
+/// `$7` the key's advisory key as `pg_locks` shows it.
 /// Answers no row if no count is stored; else one row: the stored count (`permits`,
 /// int8), and the fencing token and the slot taken (int8, int8), each null if none was.
 pub(super) fn take_permit(table: &str) -> String {
@@ -165,7 +166,7 @@ pub(super) fn take_permit(table: &str) -> String {
 }
 
 /// Stores a semaphore's count on first use: only where none is stored yet.
-/// `$1` the name (text), `$2` the count (int8).
+/// `$1` the key (text), `$2` the count (int8).
 /// Answers the rows affected: 1 if it stored the count, 0 if one was stored.
 pub(super) fn store_first_count(table: &str) -> String {
     format!(
@@ -176,7 +177,7 @@ pub(super) fn store_first_count(table: &str) -> String {
 
 /// Stores a semaphore's count, whatever was stored, and announces it on the channel every
 /// session listens on (a raised count may let a waiter in).
-/// `$1` the name (text), `$2` the count (int8).
+/// `$1` the key (text), `$2` the count (int8).
 /// Answers one row: the count stored (`permits`, int8).
 pub(super) fn store_count(table: &str) -> String {
     format!(
@@ -187,10 +188,10 @@ pub(super) fn store_count(table: &str) -> String {
 }
 
 /// Counts a semaphore's permits: stored and held.
-/// `$1` the name (text), `$2` the slots' `classid` (int8), `$3`, `$4`, `$5` the name's
-/// key as `pg_locks` shows it.
+/// `$1` the key (text), `$2` the slots' `classid` (int8), `$3`, `$4`, `$5` the key's
+/// advisory key as `pg_locks` shows it.
 /// Answers one row: the stored count (int8, null if none), the permits held by anyone
-/// (int8), and whether anyone holds the name's own key (bool).
+/// (int8), and whether anyone holds the key's own advisory key (bool).
 pub(super) fn count_permits(table: &str) -> String {
     let held = permits_held("$2");
     let names_lock = key_locks(3);
@@ -202,7 +203,7 @@ pub(super) fn count_permits(table: &str) -> String {
 }
 
 /// A semaphore's stored count, and the slots of its permits held.
-/// `$1` the name (text), `$2` the slots' `classid` (int8).
+/// `$1` the key (text), `$2` the slots' `classid` (int8).
 /// Answers one row a permit held, by anyone: the stored count (`permits`, int8) and the
 /// slot's number (`slot`, int8); no row if none is held or no count is stored.
 pub(super) fn inspect_permits(table: &str) -> String {
@@ -213,12 +214,13 @@ pub(super) fn inspect_permits(table: &str) -> String {
     )
 }
 
-/// The sessions that hold or wait for a key, each with the name's row of the fence table.
-/// `$1`, `$2`, `$3` the key as `pg_locks` shows it, `$4` the name (text).
+/// The sessions that hold or wait for an advisory key, each with its key's row of the
+/// fence table.
+/// `$1`, `$2`, `$3` the advisory key as `pg_locks` shows it, `$4` the key (text).
 /// Answers one row a session holding or waiting: its backend's pid (`pid`, int4), its
 /// lock mode (`mode`, text: `ShareLock` for a shared hold), whether it holds it
 /// (`granted`, bool), and the row's `holder` (text), `held_by` (int4) and `fence`
-/// (int8), each null if the name has no row.
+/// (int8), each null if the key has no row.
 pub(super) fn inspect(table: &str) -> String {
     format!(
         "SELECT pid, mode, granted, holder, held_by, fence \
@@ -227,9 +229,10 @@ pub(super) fn inspect(table: &str) -> String {
     )
 }
 
-/// Ends (`pg_terminate_backend`) every session of the database that holds a key or a
-/// permit of the semaphore of the same name.
-/// `$1`, `$2`, `$3` the key as `pg_locks` shows it, `$4` the slots' `classid` (int8).
+/// Ends (`pg_terminate_backend`) every session of the database that holds an advisory
+/// key or a permit of the semaphore of the same key.
+/// `$1`, `$2`, `$3` the advisory key as `pg_locks` shows it, `$4` the slots' `classid`
+/// (int8).
 /// Answers one row: how many sessions it ended (int8).
 pub(super) fn force_unlock() -> String {
     let permits = permits_held("$4");
@@ -264,7 +267,8 @@ fn permits_held(classid: &str) -> String {
     )
 }
 
-/// A key's arguments to an advisory lock function, as parameters numbered from `first`.
+/// An advisory key's arguments to an advisory lock function, as parameters numbered
+/// from `first`.
 fn key_args(shape: KeyShape, first: usize) -> String {
     match shape {
         KeyShape::Bigint => format!("${first}::int8"),

@@ -1,7 +1,7 @@
 //! Taking a lock on the server: one attempt on a shared session, or a wait inside the
 //! server on a session of its own, each drawing the fencing token in the same statement
 //! that takes the lock, and giving the lock back at once, in that statement, if a permit
-//! of the name is held (see the [module docs](super) for why that keeps the kinds apart).
+//! of the lock is held (see the [module docs](super) for why that keeps the kinds apart).
 
 use tokio::time::Instant;
 use tokio_postgres::NoTls;
@@ -19,21 +19,21 @@ use crate::backend::sql::sessions::Session as _;
 use crate::backend::store::Acquire;
 use crate::{LockError, LockKind};
 
-/// One attempt on `session`, which other holds share, to take `key` as `request` asks:
+/// One attempt on `session`, which other holds share, to take `store_key` as `request` asks:
 /// its fencing token, or `None` if it is held. A statement that fails may have taken the
 /// lock, so its session is ended.
 pub(super) async fn once(
     session: &Session,
     table: &str,
     request: &Acquire,
-    key: AdvisoryKey,
+    store_key: AdvisoryKey,
 ) -> Result<Option<u64>, LockError> {
-    let sql = sql::take(table, shape(key), request.kind, Attempt::Once);
-    match fence(session, &sql, request, key).await {
+    let sql = sql::take(table, shape(store_key), request.kind, Attempt::Once);
+    match fence(session, &sql, request, store_key).await {
         Ok(fence) => Ok(fence),
         Err(e) => {
             session.state().end();
-            Err(failed(request.key.as_str(), "take it", e))
+            Err(failed(&request.key, "take it", e))
         }
     }
 }
@@ -41,22 +41,22 @@ pub(super) async fn once(
 /// Waits inside the server on `session`, which holds nothing else, until the request's
 /// deadline: its fencing token, or `None` if it was still held then or the wait was `abandoned`
 /// (which cancels the statement and retires the session). Each time the lock is granted
-/// while a permit of the name is held, it is given back and waited for again once a
+/// while a permit of the lock is held, it is given back and waited for again once a
 /// permit is announced given back, or after [`POLL`](session_locks::POLL).
 pub(super) async fn wait(
     session: &Session,
     table: &str,
     request: &Acquire,
-    key: AdvisoryKey,
+    store_key: AdvisoryKey,
     abandoned: CancellationToken,
 ) -> Result<Option<u64>, LockError> {
-    let sql = sql::take(table, shape(key), request.kind, Attempt::Wait);
+    let sql = sql::take(table, shape(store_key), request.kind, Attempt::Wait);
     let announced = session.released.clone();
     loop {
         let released = announced.notified();
         let mut released = std::pin::pin!(released);
         released.as_mut().enable();
-        match wait_once(session, &sql, request, key, &abandoned).await? {
+        match wait_once(session, &sql, request, store_key, &abandoned).await? {
             Waited::Taken(fence) => return Ok(Some(fence)),
             Waited::Nothing => return Ok(None),
             Waited::GaveWay => {}
@@ -71,7 +71,7 @@ pub(super) async fn wait(
 enum Waited {
     /// The lock, with its fencing token.
     Taken(u64),
-    /// The lock was granted while a permit of the name was held, and given back.
+    /// The lock was granted while a permit of the lock was held, and given back.
     GaveWay,
     /// Still held at the deadline, or abandoned.
     Nothing,
@@ -81,7 +81,7 @@ async fn wait_once(
     session: &Session,
     sql: &str,
     request: &Acquire,
-    key: AdvisoryKey,
+    store_key: AdvisoryKey,
     abandoned: &CancellationToken,
 ) -> Result<Waited, LockError> {
     let left = request.deadline.saturating_duration_since(Instant::now());
@@ -92,7 +92,7 @@ async fn wait_once(
             session.prepare(sql).await?;
             let (_, fence, _) = tokio::join!(
                 client.batch_execute(&timeout),
-                fence(session, sql, request, key),
+                fence(session, sql, request, store_key),
                 client.batch_execute(sql::NO_LOCK_TIMEOUT),
             );
             fence
@@ -125,7 +125,7 @@ async fn wait_once(
             let gave_up = [SqlState::LOCK_NOT_AVAILABLE, SqlState::QUERY_CANCELED];
             match e.code() {
                 Some(code) if gave_up.contains(code) => Ok(Waited::Nothing),
-                _ => Err(failed(request.key.as_str(), "wait for it", e)),
+                _ => Err(failed(&request.key, "wait for it", e)),
             }
         }
     }
@@ -143,44 +143,44 @@ async fn retire(session: &Session) {
     session.state().end();
 }
 
-/// Gives back one hold of `key` on `session`: whether it held one. A
-/// permit given back is announced, for the waiters of every store.
+/// Gives back one hold of `store_key` on `session`: whether it held one. A permit given
+/// back is announced, for the waiters of every store.
 pub(super) async fn unlock(
     session: &Session,
-    key: AdvisoryKey,
+    store_key: AdvisoryKey,
     kind: LockKind,
 ) -> Result<bool, tokio_postgres::Error> {
-    let sql = sql::unlock(shape(key), kind);
+    let sql = sql::unlock(shape(store_key), kind);
     let statement = session.prepare(&sql).await?;
     let client = &session.client;
-    let row = match key {
+    let row = match store_key {
         AdvisoryKey::Bigint(k) => client.query_one(&statement, &[&k]).await?,
         AdvisoryKey::Pair(high, low) => client.query_one(&statement, &[&high, &low]).await?,
     };
     row.try_get(0)
 }
 
-/// Takes the lock and, if it was taken and no permit of the name is held, draws the next
-/// fencing token of the name: one statement ([`sql::take`]), one round trip.
+/// Takes the lock and, if it was taken and no permit of the lock is held, draws the next
+/// fencing token of its key: one statement ([`sql::take`]), one round trip.
 async fn fence(
     session: &Session,
     sql: &str,
     request: &Acquire,
-    key: AdvisoryKey,
+    store_key: AdvisoryKey,
 ) -> Result<Option<u64>, tokio_postgres::Error> {
     let statement = session.prepare(sql).await?;
     let client = &session.client;
-    let name = request.key.as_str();
+    let key = request.key.as_str();
     let token: &str = &request.token;
-    let slots = Slots::of(name).classid();
+    let slots = Slots::of(key).classid();
     let sent = Instant::now();
-    let rows = match key {
+    let rows = match store_key {
         AdvisoryKey::Bigint(k) => {
-            let params: [&(dyn ToSql + Sync); 4] = [&name, &token, &slots, &k];
+            let params: [&(dyn ToSql + Sync); 4] = [&key, &token, &slots, &k];
             client.query(&statement, &params).await?
         }
         AdvisoryKey::Pair(high, low) => {
-            let params: [&(dyn ToSql + Sync); 5] = [&name, &token, &slots, &high, &low];
+            let params: [&(dyn ToSql + Sync); 5] = [&key, &token, &slots, &high, &low];
             client.query(&statement, &params).await?
         }
     };
@@ -194,9 +194,9 @@ async fn fence(
     }
 }
 
-/// How many parameters `key` takes in a statement.
-fn shape(key: AdvisoryKey) -> KeyShape {
-    match key {
+/// How many parameters `store_key` takes in a statement.
+fn shape(store_key: AdvisoryKey) -> KeyShape {
+    match store_key {
         AdvisoryKey::Bigint(_) => KeyShape::Bigint,
         AdvisoryKey::Pair(..) => KeyShape::Pair,
     }

@@ -1,5 +1,5 @@
 //! The holds a session store (PostgreSQL, MySQL) took, each on a session of its own kind
-//! under a lock name of its own kind.
+//! under a store key of its own kind.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -11,14 +11,14 @@ use crate::LockKind;
 use crate::backend::sql::gates::Pass;
 use crate::backend::sql::sessions::Session;
 
-/// One hold: the session it lives on, its lock on the server, and its place in the gate.
+/// One hold: the session it lives on, its store key, and its place in the gate.
 #[derive(Debug)]
 pub(crate) struct Held<S, K> {
     pub(crate) session: Arc<S>,
-    pub(crate) key: K,
+    pub(crate) store_key: K,
     pub(crate) kind: LockKind,
     /// Given up as soon as the session ends, so that the store's other holders of the
-    /// name need not wait for this hold's owner to let go of it. A permit has none.
+    /// store key need not wait for this hold's owner to let go of it. A permit has none.
     _pass: Arc<Mutex<Option<Pass>>>,
     released: CancellationToken,
 }
@@ -40,7 +40,7 @@ impl<S: Session, K> Holds<S, K> {
         &self,
         token: &Arc<str>,
         session: Arc<S>,
-        key: K,
+        store_key: K,
         kind: LockKind,
         pass: Option<Pass>,
     ) -> impl Future<Output = ()> + Send + 'static {
@@ -61,7 +61,7 @@ impl<S: Session, K> Holds<S, K> {
         };
         let held = Held {
             session,
-            key,
+            store_key,
             kind,
             _pass: pass,
             released,

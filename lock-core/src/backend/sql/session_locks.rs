@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::sql::gates::Gates;
 use crate::backend::sql::holds::Holds;
 use crate::backend::sql::sessions::{self, Connector, Lent, Session, Sessions};
-use crate::backend::store::{Acquire, Acquired, Outcome};
-use crate::{LockError, LockKind};
+use crate::backend::store::{Acquire, Acquired, Hold, Outcome};
+use crate::{LockError, LockKey, LockKind};
 
 /// How often a permit's waiter tries again when no release was announced: a holder's
 /// session may have ended, which frees its permit without a word.
@@ -30,9 +30,9 @@ pub(crate) type SessionOf<T> = <T as Server>::Session;
 
 /// What a database store says in its own statements.
 pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
-    /// A lock on the server; its display is the name its local gate goes by.
-    type Key: Clone + PartialEq + fmt::Display + fmt::Debug + Send + Sync + 'static;
-    type Session: Session<Key = Self::Key>;
+    /// The store key of a lock; its display is the name its local gate goes by.
+    type StoreKey: Clone + PartialEq + fmt::Display + fmt::Debug + Send + Sync + 'static;
+    type Session: Session<StoreKey = Self::StoreKey>;
     type Connector: Connector<Session = Self::Session>;
 
     /// The store's name, for messages.
@@ -41,35 +41,36 @@ pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
     /// Its sessions, gates and holds.
     fn locks(&self) -> &SessionLocks<Self>;
 
-    /// The server lock of the lock `name`.
-    fn key(&self, name: &str) -> Result<Self::Key, LockError>;
+    /// The store key of the lock `key`.
+    fn store_key(&self, key: &LockKey) -> Result<Self::StoreKey, LockError>;
 
     /// One attempt on `session`, which other holds share, that never waits in the
-    /// server's queue, to take `key` as `request` asks: the fencing token if it took the
-    /// lock. A store may keep the lock it took, until the request's deadline or until it
-    /// is `abandoned`, while holders of another kind of the name let go. A statement that
-    /// fails may have taken it: the session is ended.
+    /// server's queue, to take `store_key` as `request` asks: the fencing token if it
+    /// took the lock. A store may keep the lock it took, until the request's deadline or
+    /// until it is `abandoned`, while holders of another kind of the lock let go. A
+    /// statement that fails may have taken it: the session is ended.
     fn once(
         &self,
         session: &SessionOf<Self>,
         request: &Acquire,
-        key: &Self::Key,
+        store_key: &Self::StoreKey,
         abandoned: &CancellationToken,
     ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
 
     /// Waits inside the server on `session`, which holds nothing else, until the
-    /// request's deadline: the fencing token if it took the lock; `None` if it was still
-    /// held then, or the wait was `abandoned`, after which the session holds nothing.
+    /// request's deadline: the fencing token if it took `store_key`; `None` if it was
+    /// still held then, or the wait was `abandoned`, after which the session holds
+    /// nothing.
     fn wait(
         &self,
         session: &SessionOf<Self>,
         request: &Acquire,
-        key: &Self::Key,
+        store_key: &Self::StoreKey,
         abandoned: CancellationToken,
     ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
 
-    /// Takes one of `permits` of the semaphore of `request`, on the server's lock it
-    /// answers with; called only for a store that [supports](crate::backend::Store::supports)
+    /// Takes one of `permits` of the semaphore of `request`, on the store key it answers
+    /// with; called only for a store that [supports](crate::backend::Store::supports)
     /// semaphores.
     fn take_permit(
         &self,
@@ -78,11 +79,13 @@ pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
         abandoned: CancellationToken,
     ) -> impl Future<Output = Result<Option<Taken<Self>>, LockError>> + Send;
 
-    /// Gives back one hold of `key`, taken as `kind`, on `session`: whether it held one.
+    /// Gives back one hold of the lock `key` by its `store_key`, taken as `kind`, on
+    /// `session`: whether it held one.
     fn unlock(
         &self,
         session: &SessionOf<Self>,
-        key: &Self::Key,
+        key: &LockKey,
+        store_key: &Self::StoreKey,
         kind: LockKind,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
@@ -92,7 +95,7 @@ pub(crate) trait Server: Clone + fmt::Debug + Send + Sync + 'static {
 pub(crate) struct SessionLocks<T: Server> {
     pub(crate) sessions: Sessions<T::Connector>,
     pub(crate) gates: Gates,
-    holds: Holds<SessionOf<T>, T::Key>,
+    holds: Holds<SessionOf<T>, T::StoreKey>,
 }
 
 impl<T: Server> SessionLocks<T> {
@@ -130,26 +133,30 @@ pub(crate) struct Taken<T: Server>(Option<Lock<T>>);
 struct Lock<T: Server> {
     store: T,
     session: Arc<SessionOf<T>>,
-    key: T::Key,
+    key: LockKey,
+    store_key: T::StoreKey,
     kind: LockKind,
     fence: u64,
 }
 
 impl<T: Server> Taken<T> {
-    /// The hold of `key`, taken as `kind` on `session` with the fencing token `fence`.
+    /// The hold of the lock `key` by its `store_key`, taken as `kind` on `session` with
+    /// the fencing token `fence`.
     pub(crate) fn new(
         store: &T,
         session: Arc<SessionOf<T>>,
-        key: &T::Key,
+        key: &LockKey,
+        store_key: &T::StoreKey,
         kind: LockKind,
         fence: u64,
     ) -> Self {
-        session.state().hold_taken(key.clone());
-        let (store, key) = (store.clone(), key.clone());
+        session.state().hold_taken(store_key.clone());
+        let (store, key, store_key) = (store.clone(), key.clone(), store_key.clone());
         Self(Some(Lock {
             store,
             session,
             key,
+            store_key,
             kind,
             fence,
         }))
@@ -162,12 +169,12 @@ impl<T: Server> Taken<T> {
             .is_some_and(|lock| lock.session.state().is_confirmed())
     }
 
-    /// The session the hold lives on, its lock on the server and its fencing token: the
-    /// caller keeps the hold.
-    fn claim(mut self) -> Option<(Arc<SessionOf<T>>, T::Key, u64)> {
+    /// The session the hold lives on, its store key and its fencing token: the caller
+    /// keeps the hold.
+    fn claim(mut self) -> Option<(Arc<SessionOf<T>>, T::StoreKey, u64)> {
         self.0
             .take()
-            .map(|lock| (lock.session, lock.key, lock.fence))
+            .map(|lock| (lock.session, lock.store_key, lock.fence))
     }
 }
 
@@ -177,6 +184,7 @@ impl<T: Server> Drop for Taken<T> {
             store,
             session,
             key,
+            store_key,
             kind,
             ..
         }) = self.0.take()
@@ -187,10 +195,14 @@ impl<T: Server> Drop for Taken<T> {
             let background = session.state().background.clone();
             background.spawn_on(
                 async move {
-                    if store.unlock(&session, &key, kind).await.is_err() {
+                    if store
+                        .unlock(&session, &key, &store_key, kind)
+                        .await
+                        .is_err()
+                    {
                         session.state().end();
                     }
-                    session.state().hold_given_back(&key);
+                    session.state().hold_given_back(&store_key);
                 },
                 &runtime,
             );
@@ -206,13 +218,16 @@ impl<T: Server> Drop for Taken<T> {
 /// request that does not wait, within one session lease), and hands out only a hold
 /// whose session is [confirmed](crate::backend::sql::sessions::SessionState::is_confirmed).
 pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<Outcome, LockError> {
-    let name = request.key.as_str();
-    let key = store.key(name)?;
+    let store_key = store.store_key(&request.key)?;
     let locks = store.locks();
     let pass = match request.kind {
         // A permit needs no gate: its statement takes a slot that nobody holds.
         LockKind::Semaphore { .. } => None,
-        kind => match timeout_at(request.deadline, locks.gates.enter(&key.to_string(), kind)).await
+        kind => match timeout_at(
+            request.deadline,
+            locks.gates.enter(&store_key.to_string(), kind),
+        )
+        .await
         {
             Ok(pass) => Some(pass),
             Err(_) => return Ok(Outcome::Held { holder_ttl: None }),
@@ -223,7 +238,7 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     let (sender, taken) = oneshot::channel();
     let (owned, request_owned) = (store.clone(), request.clone());
     locks.sessions.background.spawn(async move {
-        let taken = take_confirmed(&owned, &request_owned, &key, abandoned).await;
+        let taken = take_confirmed(&owned, &request_owned, &store_key, abandoned).await;
         // Unclaimed once the call gave up: what was taken is given back as it drops.
         let _ = sender.send(taken);
     });
@@ -237,20 +252,19 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
     };
     let taken = taken
         .map_err(|e| {
-            LockError::backend(
-                format!("{} lock {name:?}: the acquire ended early", T::NAME),
-                e,
-            )
+            let key = request.key.as_str();
+            let context = format!("{} lock {key:?}: the acquire ended early", T::NAME);
+            LockError::backend(context, e).about(&request.key)
         })??
         .and_then(Taken::claim);
-    let Some((session, key, fence)) = taken else {
+    let Some((session, store_key, fence)) = taken else {
         drop(pass);
         locks.gates.tidy();
         return Ok(Outcome::Held { holder_ttl: None });
     };
     let lost = locks
         .holds
-        .insert(&request.token, session, key, request.kind, pass);
+        .insert(&request.token, session, store_key, request.kind, pass);
     Ok(Outcome::Acquired(Acquired::session(fence, lost)))
 }
 
@@ -261,7 +275,7 @@ pub(crate) async fn acquire<T: Server>(store: &T, request: &Acquire) -> Result<O
 async fn take_confirmed<T: Server>(
     store: &T,
     request: &Acquire,
-    key: &T::Key,
+    store_key: &T::StoreKey,
     abandoned: CancellationToken,
 ) -> Result<Option<Taken<T>>, LockError> {
     loop {
@@ -271,7 +285,7 @@ async fn take_confirmed<T: Server>(
                     .take_permit(request, permits, abandoned.clone())
                     .await?
             }
-            _ => take(store, request, key, abandoned.clone()).await?,
+            _ => take(store, request, store_key, abandoned.clone()).await?,
         };
         match taken {
             Some(taken) if !taken.is_confirmed() => {
@@ -293,24 +307,27 @@ async fn take_confirmed<T: Server>(
 async fn take<T: Server>(
     store: &T,
     request: &Acquire,
-    key: &T::Key,
+    store_key: &T::StoreKey,
     abandoned: CancellationToken,
 ) -> Result<Option<Taken<T>>, LockError> {
     let (kind, deadline) = (request.kind, request.deadline);
     let locks = store.locks();
     loop {
-        if let Some(serving) = locks.sessions.for_taking(key.clone()).await?
+        if let Some(serving) = locks.sessions.for_taking(store_key.clone()).await?
             && let Some(fence) = store
-                .once(&serving.session, request, key, &abandoned)
+                .once(&serving.session, request, store_key, &abandoned)
                 .await?
         {
             let session = serving.session.clone();
-            return Ok(Some(Taken::new(store, session, key, kind, fence)));
+            let key = &request.key;
+            return Ok(Some(Taken::new(
+                store, session, key, store_key, kind, fence,
+            )));
         }
         if Instant::now() >= deadline || abandoned.is_cancelled() {
             return Ok(None);
         }
-        let gate = key.to_string();
+        let gate = store_key.to_string();
         let Ok(_turn) = timeout_at(deadline, locks.gates.wait_turn(&gate)).await else {
             return Ok(None);
         };
@@ -321,13 +338,16 @@ async fn take<T: Server>(
         };
         let session = waiting.session.clone();
         let fence = store
-            .wait(&session, request, key, abandoned.clone())
+            .wait(&session, request, store_key, abandoned.clone())
             .await?;
         // The wait kept the session busy inside the server, however long it took: it is
         // asked whether it lives before it holds the lock or serves anyone else.
         sessions::confirm(&*session).await;
         if let Some(fence) = fence {
-            return Ok(Some(Taken::new(store, session, key, kind, fence)));
+            let key = &request.key;
+            return Ok(Some(Taken::new(
+                store, session, key, store_key, kind, fence,
+            )));
         }
         if Instant::now() >= deadline || abandoned.is_cancelled() {
             return Ok(None);
@@ -381,11 +401,11 @@ where
     }
 }
 
-/// Gives back the hold of `token`: whether it was still held (`false` once its session
-/// ended, or is no longer confirmed alive, which ends it).
-pub(crate) async fn release<T: Server>(store: &T, token: &str) -> Result<bool, LockError> {
+/// Gives back `hold`: whether it was still held (`false` once its session ended, or is no
+/// longer confirmed alive, which ends it).
+pub(crate) async fn release<T: Server>(store: &T, hold: &Hold<'_>) -> Result<bool, LockError> {
     let locks = store.locks();
-    let Some(held) = locks.holds.release(token) else {
+    let Some(held) = locks.holds.release(hold.token) else {
         return Ok(false);
     };
     let session = held.session.clone();
@@ -393,9 +413,11 @@ pub(crate) async fn release<T: Server>(store: &T, token: &str) -> Result<bool, L
         session.state().end();
         Ok(false)
     } else {
-        store.unlock(&session, &held.key, held.kind).await
+        store
+            .unlock(&session, hold.key, &held.store_key, held.kind)
+            .await
     };
-    session.state().hold_given_back(&held.key);
+    session.state().hold_given_back(&held.store_key);
     drop(held);
     locks.gates.tidy();
     match freed {

@@ -24,17 +24,17 @@ use tokio_util::task::TaskTracker;
 
 use crate::LockError;
 
-/// What every session of a store tracks, whatever the database; `K` is the store's lock
-/// on the server.
+/// What every session of a store tracks, whatever the database; `K` is the store's kind
+/// of store key.
 #[derive(Debug)]
 pub(crate) struct SessionState<K> {
     /// Cancelled once the session is gone, with every hold on it.
     ended: CancellationToken,
     /// What it is lent to.
     usage: Usage,
-    /// The locks of the holds on it and of the attempts under way on it, one entry each:
-    /// a lock is taken on a session that neither holds it nor is taking it.
-    keys: Mutex<Vec<K>>,
+    /// The store keys of the holds on it and of the attempts under way on it, one entry
+    /// each: a lock is taken on a session that neither holds nor is taking its store key.
+    store_keys: Mutex<Vec<K>>,
     /// The store's signal that a session may have become free to wait on.
     freed: Arc<Notify>,
     /// The store's work that outlives the call that started it.
@@ -89,42 +89,42 @@ impl<K: PartialEq> SessionState<K> {
         self.lease / 3
     }
 
-    /// One more hold, of `key`, lives on this session.
-    pub(crate) fn hold_taken(&self, key: K) {
-        self.keys().push(key);
+    /// One more hold, of `store_key`, lives on this session.
+    pub(crate) fn hold_taken(&self, store_key: K) {
+        self.store_keys().push(store_key);
         self.usage.holds.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// One hold on this session, of `key`, was given back.
-    pub(crate) fn hold_given_back(&self, key: &K) {
-        self.forget(key);
+    /// One hold on this session, of `store_key`, was given back.
+    pub(crate) fn hold_given_back(&self, store_key: &K) {
+        self.forget(store_key);
         self.usage.holds.fetch_sub(1, Ordering::SeqCst);
         self.freed.notify_waiters();
     }
 
-    /// Lends it to an attempt to take `key`, unless it holds `key`, is taking it, or
-    /// waits.
-    fn lend_for_taking(&self, key: &K) -> bool
+    /// Lends it to an attempt to take `store_key`, unless it holds `store_key`, is taking
+    /// it, or waits.
+    fn lend_for_taking(&self, store_key: &K) -> bool
     where
         K: Clone,
     {
-        let mut keys = self.keys();
-        if keys.contains(key) || !self.usage.lend_for_attempt() {
+        let mut store_keys = self.store_keys();
+        if store_keys.contains(store_key) || !self.usage.lend_for_attempt() {
             return false;
         }
-        keys.push(key.clone());
+        store_keys.push(store_key.clone());
         true
     }
 
-    fn forget(&self, key: &K) {
-        let mut keys = self.keys();
-        if let Some(at) = keys.iter().position(|k| k == key) {
-            keys.swap_remove(at);
+    fn forget(&self, store_key: &K) {
+        let mut store_keys = self.store_keys();
+        if let Some(at) = store_keys.iter().position(|k| k == store_key) {
+            store_keys.swap_remove(at);
         }
     }
 
-    fn keys(&self) -> MutexGuard<'_, Vec<K>> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    fn store_keys(&self) -> MutexGuard<'_, Vec<K>> {
+        self.store_keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -185,10 +185,10 @@ impl Usage {
 
 /// A database session of a store: its connection, and its [`SessionState`].
 pub(crate) trait Session: fmt::Debug + Send + Sync + 'static {
-    /// A lock on the server.
-    type Key: Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
+    /// The store key of a lock.
+    type StoreKey: Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
 
-    fn state(&self) -> &SessionState<Self::Key>;
+    fn state(&self) -> &SessionState<Self::StoreKey>;
 
     /// Sends the server a statement that does nothing, and waits for its answer.
     fn ping(&self) -> impl Future<Output = Result<(), LockError>> + Send;
@@ -200,8 +200,8 @@ pub(crate) trait Session: fmt::Debug + Send + Sync + 'static {
     }
 }
 
-/// The lock on the server of the sessions of `C`.
-pub(crate) type KeyOf<C> = <<C as Connector>::Session as Session>::Key;
+/// The store key of the sessions of `C`.
+pub(crate) type StoreKeyOf<C> = <<C as Connector>::Session as Session>::StoreKey;
 
 /// How a store opens one of its sessions, leased and [tended](tend) until it ends.
 pub(crate) trait Connector: fmt::Debug + Send + Sync {
@@ -213,7 +213,7 @@ pub(crate) trait Connector: fmt::Debug + Send + Sync {
     /// Opens a session around `state`, whose token it cancels once the connection is gone.
     fn open(
         &self,
-        state: SessionState<KeyOf<Self>>,
+        state: SessionState<StoreKeyOf<Self>>,
     ) -> impl Future<Output = Result<Arc<Self::Session>, LockError>> + Send;
 }
 
@@ -247,7 +247,7 @@ pub(crate) enum Lent<'a, S: Session> {
 #[derive(Debug)]
 pub(crate) struct Serving<S: Session> {
     pub(crate) session: Arc<S>,
-    taking: Option<S::Key>,
+    taking: Option<S::StoreKey>,
 }
 
 impl<S: Session> Drop for Serving<S> {
@@ -256,8 +256,8 @@ impl<S: Session> Drop for Serving<S> {
     /// each time).
     fn drop(&mut self) {
         let state = self.session.state();
-        if let Some(key) = &self.taking {
-            state.forget(key);
+        if let Some(store_key) = &self.taking {
+            state.forget(store_key);
         }
         let usage = &state.usage;
         let last = usage.attempts.fetch_sub(1, Ordering::SeqCst) == 1;
@@ -304,27 +304,27 @@ impl<C: Connector> Sessions<C> {
         self.serve(None).await
     }
 
-    /// A session to attempt to take `key` on, as [`for_attempt`](Self::for_attempt),
-    /// that neither holds `key` nor is taking it: two holds of one lock never stack on
+    /// A session to attempt to take `store_key` on, as [`for_attempt`](Self::for_attempt),
+    /// that neither holds `store_key` nor is taking it: two holds of one lock never stack on
     /// one session, so each is the server's hold of its own, and a waiting writer keeps
     /// out every new reader (a server grants a session a lock it holds already without
-    /// queueing it). `None` also when every session holds `key` and no more may be
+    /// queueing it). `None` also when every session holds `store_key` and no more may be
     /// opened.
     pub(crate) async fn for_taking(
         &self,
-        key: KeyOf<C>,
+        store_key: StoreKeyOf<C>,
     ) -> Result<Option<Serving<C::Session>>, LockError> {
-        self.serve(Some(key)).await
+        self.serve(Some(store_key)).await
     }
 
     /// An idle session that can be lent, else a new one, else a busy one that can be
     /// lent (a statement on it queues behind the one in flight).
     async fn serve(
         &self,
-        taking: Option<KeyOf<C>>,
+        taking: Option<StoreKeyOf<C>>,
     ) -> Result<Option<Serving<C::Session>>, LockError> {
         let lend = |s: &Arc<C::Session>| match &taking {
-            Some(key) => s.state().lend_for_taking(key),
+            Some(store_key) => s.state().lend_for_taking(store_key),
             None => s.state().usage.lend_for_attempt(),
         };
         let idle = self.live().iter().find(|s| s.is_idle() && lend(s)).cloned();
@@ -405,13 +405,13 @@ impl<C: Connector> Sessions<C> {
     async fn open(
         &self,
         slot: OwnedSemaphorePermit,
-        lend: Lend<KeyOf<C>>,
+        lend: Lend<StoreKeyOf<C>>,
     ) -> Result<Arc<C::Session>, LockError> {
         let lease = self.connector.lease();
         let state = SessionState {
             ended: CancellationToken::new(),
             usage: Usage::lent(&lend),
-            keys: Mutex::new(match lend {
+            store_keys: Mutex::new(match lend {
                 Lend::Attempt { taking } => taking.into_iter().collect(),
                 Lend::Wait => Vec::new(),
             }),

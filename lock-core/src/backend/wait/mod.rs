@@ -275,10 +275,11 @@ fn read_attempt(
 fn wait_ran_out(request: &Acquire, found: Found) -> Result<Outcome, LockError> {
     match found {
         Found::Held(holder_ttl) => Ok(Outcome::Held { holder_ttl }),
-        Found::Nothing => Err(LockError::backend(
-            format!("acquire lock {:?}", request.key.as_str()),
-            "no answer from the store within the wait",
-        )),
+        Found::Nothing => {
+            let context = format!("acquire lock {:?}", request.key.as_str());
+            let source = "no answer from the store within the wait";
+            Err(LockError::backend(context, source).about(&request.key))
+        }
     }
 }
 

@@ -19,9 +19,9 @@
 //! # Layout
 //!
 //! With the default [base path](ZooKeeperStoreBuilder::base_path), the lock `K` is the
-//! node `/locks/K`, within the connect string's chroot if it has one (created, as
-//! Curator creates its namespace, if it is missing). Its holders and
-//! waiters are its children, each an EPHEMERAL_SEQUENTIAL node of the session that made
+//! node `/locks/K`, whose path is its store key, within the connect string's chroot if
+//! it has one (created, as Curator creates its namespace, if it is missing). Its holders
+//! and waiters are its children, each an EPHEMERAL_SEQUENTIAL node of the session that made
 //! it; `/locks/K` and its parents are CONTAINER nodes, which the server deletes once they
 //! are empty, so an idle lock leaves nothing behind. The names are Curator's, with the
 //! uuid that begins the hold's owner token:
@@ -52,7 +52,7 @@
 //! [`LockError::Config`]); it goes with the node once the semaphore is idle. Leases and
 //! the other kinds of `K` take turns in the order their nodes were made (by creation
 //! zxid): a lease waits for the nodes of other kinds made before it, and they for the
-//! leases made before them, so a busy semaphore cannot starve a lock of its name, nor
+//! leases made before them, so a busy semaphore cannot starve a lock of its key, nor
 //! busy locks its permits.
 //!
 //! A hold's fencing token is its node's creation zxid (`czxid`): every later node of the
@@ -197,9 +197,9 @@ impl ZooKeeperStore {
         Ok(store)
     }
 
-    /// The node of the lock `key`.
-    fn lock_path(&self, key: &LockKey) -> String {
-        path::lock_path(&self.0.base_path, key)
+    /// The store key of the lock `key`: the path of its node.
+    fn store_key(&self, key: &LockKey) -> String {
+        path::store_key(&self.0.base_path, key)
     }
 
     /// Asks for the lock of `request` until an attempt answers, on a new session each
@@ -342,8 +342,5 @@ impl Store for ZooKeeperStore {
 
 /// The error of a call to the ensemble about the lock `key` that failed while `doing`.
 fn failed(key: &LockKey, doing: &str, error: zk::Error) -> LockError {
-    LockError::backend(
-        format!("zookeeper lock {:?}: cannot {doing}", key.as_str()),
-        error,
-    )
+    LockError::failed("zookeeper", key, doing, error)
 }

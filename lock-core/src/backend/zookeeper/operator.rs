@@ -25,12 +25,12 @@ impl ZooKeeperStore {
     /// [`holding`]).
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let session = self.0.sessions.current().await?;
-        let dir = self.lock_path(key);
+        let store_key = self.store_key(key);
         let Holding {
             kind,
             holders,
             waiting,
-        } = holding(&session, &dir)
+        } = holding(&session, &store_key)
             .await
             .map_err(|e| failed(key, "list its nodes", e))?;
         let mut shown = Vec::with_capacity(holders.len());
@@ -55,8 +55,8 @@ impl ZooKeeperStore {
     /// woken by their watches on the deleted nodes, and keep their places.
     pub(super) async fn force_unlock_lock(&self, key: &LockKey) -> Result<bool, LockError> {
         let session = self.0.sessions.current().await?;
-        let dir = self.lock_path(key);
-        let Holding { holders, .. } = holding(&session, &dir)
+        let store_key = self.store_key(key);
+        let Holding { holders, .. } = holding(&session, &store_key)
             .await
             .map_err(|e| failed(key, "list its nodes", e))?;
         let mut forced = false;
@@ -69,19 +69,19 @@ impl ZooKeeperStore {
     }
 }
 
-/// Who holds the lock whose node is `dir`: the first owner node, or the readers before
+/// Who holds the lock at `store_key`: the first owner node, or the readers before
 /// the first owner, with every other contender waiting; or else, when no other kind
 /// contends, the first leases of its semaphore up to its stored count (all of them
 /// without one), with the acquirers queued at its mutex waiting.
-async fn holding(session: &Session, dir: &str) -> Result<Holding, zk::Error> {
-    let (contenders, leases) = contenders_and_leases(session, dir).await?;
+async fn holding(session: &Session, store_key: &str) -> Result<Holding, zk::Error> {
+    let (contenders, leases) = contenders_and_leases(session, store_key).await?;
     let holders = path::holders(&contenders);
     if let Some(first) = holders.first() {
         return Ok(Holding {
             kind: Some(path::kind(&first.name)),
             holders: holders
                 .iter()
-                .map(|c| (format!("{dir}/{}", c.name), c.name.clone()))
+                .map(|c| (format!("{store_key}/{}", c.name), c.name.clone()))
                 .collect(),
             waiting: contenders.len() - holders.len(),
         });
@@ -93,23 +93,23 @@ async fn holding(session: &Session, dir: &str) -> Result<Holding, zk::Error> {
             waiting: 0,
         });
     }
-    let count = stored_count(session, dir).await?;
+    let count = stored_count(session, store_key).await?;
     let mut leases = path::leases(leases);
     leases.truncate(count.map_or(leases.len(), |count| count as usize));
     Ok(Holding {
         kind: count.map(|permits| LockKind::Semaphore { permits }),
         holders: leases
             .into_iter()
-            .map(|name| (format!("{dir}/{LEASES}/{name}"), name))
+            .map(|name| (format!("{store_key}/{LEASES}/{name}"), name))
             .collect(),
-        waiting: queued_at_mutex(session, dir).await?,
+        waiting: queued_at_mutex(session, store_key).await?,
     })
 }
 
-/// How many acquirers of the semaphore whose node is `dir` are queued at its mutex: the
+/// How many acquirers of the semaphore at `store_key` are queued at its mutex: the
 /// first of them waits for room, or is about to release it.
-async fn queued_at_mutex(session: &Session, dir: &str) -> Result<usize, zk::Error> {
-    let mutex = format!("{dir}/{MUTEX}");
+async fn queued_at_mutex(session: &Session, store_key: &str) -> Result<usize, zk::Error> {
+    let mutex = format!("{store_key}/{MUTEX}");
     match session.retry(|| session.client.list_children(&mutex)).await {
         Ok(children) => Ok(path::contenders(children).len()),
         Err(zk::Error::NoNode) => Ok(0),

@@ -1,5 +1,6 @@
-//! Where a lock lives: its key as one znode name under the base path, and the names of
-//! the nodes its contenders create there, in Apache Curator's spelling.
+//! Where a lock lives: its store key, the path of a node named by its key under the base
+//! path, and the names of the nodes its contenders create there, in Apache Curator's
+//! spelling.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -11,9 +12,9 @@ use crate::{LockKey, LockKind};
 /// How many digits ZooKeeper gives a sequential node's counter.
 const SEQUENCE_DIGITS: usize = 10;
 
-/// The node of the lock `key` under `base`: `{base}/{key}`, the key escaped where it could
-/// not be one znode name as it stands (see [`escape`]).
-pub(super) fn lock_path(base: &str, key: &LockKey) -> String {
+/// The store key of the lock `key`, the path of its node under `base`: `{base}/{key}`, the
+/// key escaped where it could not be one znode name as it stands (see [`escape`]).
+pub(super) fn store_key(base: &str, key: &LockKey) -> String {
     let name = escape(key.as_str());
     if base == "/" {
         format!("/{name}")
@@ -208,8 +209,8 @@ mod tests {
     #[test]
     fn the_lock_lives_under_the_base() {
         let key = LockKey::new("a/b").unwrap();
-        assert_eq!(lock_path("/locks", &key), "/locks/a%2Fb");
-        assert_eq!(lock_path("/", &key), "/a%2Fb");
+        assert_eq!(store_key("/locks", &key), "/locks/a%2Fb");
+        assert_eq!(store_key("/", &key), "/a%2Fb");
     }
 
     #[test]

@@ -39,9 +39,10 @@ impl ZooKeeperStore {
         session: &Session,
         request: &Acquire,
     ) -> Result<Outcome, LockError> {
-        let dir = self.lock_path(&request.key);
+        let store_key = self.store_key(&request.key);
         let prefix = path::node_prefix(&request.token, request.kind);
-        let Some((node, fence)) = self.take_turn(session, &dir, prefix, request).await? else {
+        let Some((node, fence)) = self.take_turn(session, &store_key, prefix, request).await?
+        else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
         still_live(session, request)?;

@@ -1,16 +1,16 @@
 //! Semaphores by the protocol of Curator's `InterProcessSemaphoreV2`, so that its
 //! acquirers and ours take turns in one queue. An acquirer of a permit of the lock whose
-//! node is `{path}`:
+//! store key (its node's path) is `{store_key}`:
 //!
-//! 1. takes the mutex on `{path}/locks`: the exclusive recipe of [`recipe`](super::recipe)
-//!    on that node;
-//! 2. creates its lease, `{path}/leases/_c_{uuid}-lease-{seq}`;
+//! 1. takes the mutex on `{store_key}/locks`: the exclusive recipe of
+//!    [`recipe`](super::recipe) on that node;
+//! 2. creates its lease, `{store_key}/leases/_c_{uuid}-lease-{seq}`;
 //! 3. still holding the mutex, waits until there are no more leases than the count,
 //!    watching the leases (and the count);
 //! 4. releases the mutex.
 //!
 //! The lease then holds its permit until it is deleted; its creation zxid is the fencing
-//! token. The count is the data of the lock's own node `{path}`, which Curator never
+//! token. The count is the data of the lock's own node `{store_key}`, which Curator never
 //! reads (its count is an argument, or a `SharedCount` elsewhere): stored on first use,
 //! and gone with the node once the semaphore is idle. Leases and the lock's other kinds
 //! take turns in the order they were made, by creation zxid: a lease waits until no node
@@ -46,16 +46,16 @@ impl ZooKeeperStore {
         permits: u32,
     ) -> Result<Outcome, LockError> {
         let key = &request.key;
-        let dir = self.lock_path(key);
-        keep_count(session, &dir, key, permits).await?;
-        let mutex = format!("{dir}/{MUTEX}");
+        let store_key = self.store_key(key);
+        keep_count(session, &store_key, key, permits).await?;
+        let mutex = format!("{store_key}/{MUTEX}");
         let prefix = path::node_prefix(&request.token, LockKind::Exclusive);
         let Some((mut mutex, _)) = self.take_turn(session, &mutex, prefix, request).await? else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
         let prefix = path::node_prefix(&request.token, request.kind);
-        let mut lease = Pending::new(self, session, &format!("{dir}/{LEASES}"), prefix);
-        let room = wait_for_room(session, &dir, &mut lease, permits, request.deadline)
+        let mut lease = Pending::new(self, session, &format!("{store_key}/{LEASES}"), prefix);
+        let room = wait_for_room(session, &store_key, &mut lease, permits, request.deadline)
             .await
             .map_err(|e| failed(key, "wait for a permit", e))?;
         if room.is_none() {
@@ -87,14 +87,14 @@ impl ZooKeeperStore {
         permits: u32,
     ) -> Result<u32, LockError> {
         let session = self.0.sessions.current().await?;
-        let dir = self.lock_path(key);
-        let (contenders, leases) = contenders_and_leases(&session, &dir)
+        let store_key = self.store_key(key);
+        let (contenders, leases) = contenders_and_leases(&session, &store_key)
             .await
             .map_err(|e| failed(key, "list its nodes", e))?;
         if !contenders.is_empty() {
             return Ok(0);
         }
-        let count = stored_count(&session, &dir)
+        let count = stored_count(&session, &store_key)
             .await
             .map_err(|e| failed(key, "read its count", e))?
             .unwrap_or(permits);
@@ -106,15 +106,15 @@ impl ZooKeeperStore {
     /// waits for room (it watches the count).
     pub(super) async fn store_permits(&self, key: &LockKey, permits: u32) -> Result<(), LockError> {
         let session = self.0.sessions.current().await?;
-        let dir = self.lock_path(key);
+        let store_key = self.store_key(key);
         let data = permits.to_string();
         loop {
             let set = session
-                .retry(|| session.client.set_data(&dir, data.as_bytes(), None))
+                .retry(|| session.client.set_data(&store_key, data.as_bytes(), None))
                 .await;
             match set {
                 Ok(_) => return Ok(()),
-                Err(zk::Error::NoNode) => create_lock_node(&session, &dir, &data)
+                Err(zk::Error::NoNode) => create_lock_node(&session, &store_key, &data)
                     .await
                     .map_err(|e| failed(key, "store its count", e))?,
                 Err(e) => return Err(failed(key, "store its count", e)),
@@ -130,20 +130,20 @@ impl ZooKeeperStore {
 /// deadline (the lease still there for the caller to delete).
 async fn wait_for_room(
     session: &Session,
-    dir: &str,
+    store_key: &str,
     lease: &mut Pending,
     permits: u32,
     deadline: Instant,
 ) -> Result<Option<u64>, zk::Error> {
-    let leases_dir = format!("{dir}/{LEASES}");
+    let leases_dir = format!("{store_key}/{LEASES}");
     let (mine, fence) = create(session, &leases_dir, &lease.prefix).await?;
     lease.name = Some(mine.clone());
     loop {
         let reconnect = session.next_connect();
-        let (contenders, leases) = contenders_and_leases(session, dir).await?;
+        let (contenders, leases) = contenders_and_leases(session, store_key).await?;
         let older = match contenders.first() {
             Some(Contender { name, .. }) => {
-                let first = format!("{dir}/{name}");
+                let first = format!("{store_key}/{name}");
                 match session
                     .retry(|| session.client.get_and_watch_data(&first))
                     .await
@@ -160,12 +160,12 @@ async fn wait_for_room(
         let watchers = if let Some(watcher) = older {
             vec![watcher]
         } else {
-            let count = stored_count(session, dir).await?.unwrap_or(permits);
+            let count = stored_count(session, store_key).await?.unwrap_or(permits);
             if room(&leases, &mine, count)? {
                 return Ok(Some(fence));
             }
             let leases = session.retry(|| session.client.list_and_watch_children(&leases_dir));
-            let count = session.retry(|| session.client.get_and_watch_data(dir));
+            let count = session.retry(|| session.client.get_and_watch_data(store_key));
             let ((leases, leases_changed), (count, _, count_changed)) =
                 tokio::try_join!(leases, count)?;
             // What the watches were set on may already let it in: a lease given back, or
@@ -200,12 +200,13 @@ fn room(leases: &[String], mine: &str, count: u32) -> Result<bool, zk::Error> {
     Ok(leases.len() <= count as usize)
 }
 
-/// The contenders of other kinds for the lock whose node is `dir`, and its leases.
+/// The contenders of other kinds for the lock at `store_key`, and its leases.
 pub(super) async fn contenders_and_leases(
     session: &Session,
-    dir: &str,
+    store_key: &str,
 ) -> Result<(Vec<Contender>, Vec<String>), zk::Error> {
-    let [children, leases] = list_both(session, dir, &format!("{dir}/{LEASES}")).await?;
+    let [children, leases] =
+        list_both(session, store_key, &format!("{store_key}/{LEASES}")).await?;
     let or_none = |list: Result<Vec<String>, zk::Error>| match list {
         Err(zk::Error::NoNode) => Ok(Vec::new()),
         list => list,
@@ -213,18 +214,18 @@ pub(super) async fn contenders_and_leases(
     Ok((path::contenders(or_none(children)?), or_none(leases)?))
 }
 
-/// Stores `permits` as the count of the semaphore whose node is `dir` if none is, and
+/// Stores `permits` as the count of the semaphore at `store_key` if none is, and
 /// checks it against the stored one otherwise.
 async fn keep_count(
     session: &Session,
-    dir: &str,
+    store_key: &str,
     key: &LockKey,
     permits: u32,
 ) -> Result<(), LockError> {
     let failed = |e| failed(key, "keep its count", e);
     let data = permits.to_string();
     loop {
-        match session.retry(|| session.client.get_data(dir)).await {
+        match session.retry(|| session.client.get_data(store_key)).await {
             Ok((stored, stat)) => match parse_count(&stored) {
                 Some(stored) if stored == permits => return Ok(()),
                 Some(stored) => return Err(LockError::miscounted(key, stored, permits)),
@@ -233,7 +234,7 @@ async fn keep_count(
                         .retry(|| {
                             session
                                 .client
-                                .set_data(dir, data.as_bytes(), Some(stat.version))
+                                .set_data(store_key, data.as_bytes(), Some(stat.version))
                         })
                         .await;
                     match set {
@@ -243,7 +244,7 @@ async fn keep_count(
                     }
                 }
             },
-            Err(zk::Error::NoNode) => create_lock_node(session, dir, &data)
+            Err(zk::Error::NoNode) => create_lock_node(session, store_key, &data)
                 .await
                 .map_err(failed)?,
             Err(e) => return Err(failed(e)),
@@ -251,17 +252,17 @@ async fn keep_count(
     }
 }
 
-/// Creates the lock's node `dir` with `data`, and its parents if they are missing;
+/// Creates the lock's node `store_key` with `data`, and its parents if they are missing;
 /// nothing if another made it first.
-async fn create_lock_node(session: &Session, dir: &str, data: &str) -> Result<(), zk::Error> {
+async fn create_lock_node(session: &Session, store_key: &str, data: &str) -> Result<(), zk::Error> {
     loop {
         let created = session
-            .retry(|| session.client.create(dir, data.as_bytes(), &PARENT))
+            .retry(|| session.client.create(store_key, data.as_bytes(), &PARENT))
             .await;
         match created {
             Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
             Err(zk::Error::NoNode) => {
-                let parent = dir.rsplit_once('/').map_or("/", |(parent, _)| parent);
+                let parent = store_key.rsplit_once('/').map_or("/", |(parent, _)| parent);
                 session
                     .retry(|| session.client.mkdir(parent, &PARENT))
                     .await?;
@@ -271,9 +272,12 @@ async fn create_lock_node(session: &Session, dir: &str, data: &str) -> Result<()
     }
 }
 
-/// The count stored as the data of the lock's node `dir`, if any.
-pub(super) async fn stored_count(session: &Session, dir: &str) -> Result<Option<u32>, zk::Error> {
-    match session.retry(|| session.client.get_data(dir)).await {
+/// The count stored as the data of the lock's node `store_key`, if any.
+pub(super) async fn stored_count(
+    session: &Session,
+    store_key: &str,
+) -> Result<Option<u32>, zk::Error> {
+    match session.retry(|| session.client.get_data(store_key)).await {
         Ok((data, _)) => Ok(parse_count(&data)),
         Err(zk::Error::NoNode) => Ok(None),
         Err(e) => Err(e),
