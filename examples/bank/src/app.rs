@@ -8,20 +8,27 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
+use lock_axum::{HeldLock, LockLayer, LockRejection};
 use lock_core::LockError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::service::{AccountId, Amount, Bank, BankError};
+use crate::service::{AccountId, Amount, Bank, BankError, NO_FENCE, lock_key};
 
-/// The service's routes. Each operation takes its locks in [`Bank`].
+/// The service's routes. A balance, a deposit and a withdrawal run under the account's
+/// lock, which [`account_lock`] takes around the handler; a statement and a transfer take
+/// their locks in [`Bank`].
 pub(crate) fn router(bank: Bank) -> Router {
-    Router::new()
+    let mut accounts = Router::new()
         .route("/accounts/{id}", get(balance))
-        .route("/accounts/{id}/statement", get(statement))
         .route("/accounts/{id}/deposit", post(deposit))
-        .route("/accounts/{id}/withdraw", post(withdraw))
+        .route("/accounts/{id}/withdraw", post(withdraw));
+    if bank.locking() {
+        accounts = accounts.route_layer(account_lock(&bank));
+    }
+    accounts
+        .route("/accounts/{id}/statement", get(statement))
         .route("/transfers", post(transfer))
         .route("/admin/locks/{key}", get(inspect).delete(force_unlock))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
@@ -29,6 +36,32 @@ pub(crate) fn router(bank: Bank) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
         .with_state(bank)
+}
+
+/// The read-write lock of the account a request names, `balance:{id}` as [`lock_key`]
+/// names it: reading the balance takes its read side, shared with other reads; a deposit
+/// or a withdrawal its write side. The handler gets it as [`HeldLock`], whose fencing
+/// token goes with every access to the balance. A request that does not get the lock is
+/// answered as any other lock failure is, and its handler does not run.
+fn account_lock(bank: &Bank) -> LockLayer {
+    LockLayer::read_write(bank.locker().clone(), "balance:{id}")
+        .wait(bank.wait())
+        .error_handler(ApiError::from)
+}
+
+/// The lock the layer took for a request: none with locks off.
+type Held = Option<Extension<HeldLock>>;
+
+/// The fencing token of the account's lock, which the request holds (its read or write
+/// side); [`NO_FENCE`] with locks off. Holding none with locks on is a lock failure: the
+/// balance is never touched unlocked.
+fn fence(bank: &Bank, id: &AccountId, held: Held) -> Result<u64, ApiError> {
+    let key = lock_key(id);
+    match held {
+        _ if !bank.locking() => Ok(NO_FENCE),
+        Some(Extension(lock)) if lock.key() == key => Ok(lock.fencing_token()),
+        _ => Err(BankError::Lock(LockError::NotHeld { key }).into()),
+    }
 }
 
 /// `GET /admin/locks/{key}`: who holds the lock `key`, as its store sees it (see
@@ -156,9 +189,14 @@ struct Transfer {
 
 type IdParam = Result<Path<String>, PathRejection>;
 
-async fn balance(State(bank): State<Bank>, id: IdParam) -> Result<Json<Balance>, ApiError> {
+async fn balance(
+    State(bank): State<Bank>,
+    id: IdParam,
+    held: Held,
+) -> Result<Json<Balance>, ApiError> {
     let id = AccountId::parse(&id?.0)?;
-    let balance = bank.balance(&id).await?.balance;
+    let fence = fence(&bank, &id, held)?;
+    let balance = bank.show(&id, fence).await?.balance;
     Ok(Json(Balance { id, balance }))
 }
 
@@ -180,20 +218,24 @@ async fn statement(State(bank): State<Bank>, id: IdParam) -> Result<Json<Stateme
 async fn deposit(
     State(bank): State<Bank>,
     id: IdParam,
+    held: Held,
     body: Result<Json<AmountBody>, JsonRejection>,
 ) -> Result<Json<Balance>, ApiError> {
     let (id, amount) = account_change(id, body)?;
-    let balance = bank.deposit(&id, amount).await?;
+    let fence = fence(&bank, &id, held)?;
+    let balance = bank.deposit(&id, amount, fence).await?;
     Ok(Json(Balance { id, balance }))
 }
 
 async fn withdraw(
     State(bank): State<Bank>,
     id: IdParam,
+    held: Held,
     body: Result<Json<AmountBody>, JsonRejection>,
 ) -> Result<Json<Balance>, ApiError> {
     let (id, amount) = account_change(id, body)?;
-    let balance = bank.withdraw(&id, amount).await?;
+    let fence = fence(&bank, &id, held)?;
+    let balance = bank.withdraw(&id, amount, fence).await?;
     Ok(Json(Balance { id, balance }))
 }
 
@@ -248,6 +290,26 @@ impl ApiError {
             body,
             retry_after: None,
         }
+    }
+
+    /// `423 Locked`: an account stayed locked for the whole wait; retry after the holder's
+    /// lease left, if known.
+    fn locked(retry_after: Option<Duration>) -> Self {
+        ApiError {
+            retry_after,
+            ..ApiError::new(
+                StatusCode::LOCKED,
+                "an account is locked by another request; retry later",
+            )
+        }
+    }
+
+    /// `503`: a lock was lost while its request ran, which was stopped.
+    fn lost() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a lock was lost before the request was done; retry",
+        )
     }
 
     /// A server-side failure: logged here, since the client only hears that it happened.
@@ -331,23 +393,32 @@ impl From<BankError> for ApiError {
                 StatusCode::CONFLICT,
                 "refused: this request's lock ran out and a newer holder read or wrote the account; retry",
             ),
-            BankError::Lock(e) if e.is_timeout() => ApiError {
-                retry_after: e.retry_after(),
-                ..ApiError::new(
-                    StatusCode::LOCKED,
-                    "an account is locked by another request; retry later",
-                )
-            },
+            BankError::Lock(e) if e.is_timeout() => ApiError::locked(e.retry_after()),
             BankError::Lock(e) if e.is_unsupported() => ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!("not offered by this bank's lock store: {e}"),
             ),
-            BankError::Lock(e) if e.is_lost() => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "a lock was lost before the request was done; retry",
-            ),
+            BankError::Lock(e) if e.is_lost() => ApiError::lost(),
             BankError::Lock(e) => ApiError::unavailable("lock service", &e),
             BankError::Store(e) => ApiError::unavailable("balance store", &e),
+        }
+    }
+}
+
+/// The account lock's answers, as the bank gives them when it takes a lock itself: an id
+/// that cannot name a lock is an invalid account.
+impl From<LockRejection> for ApiError {
+    fn from(rejection: LockRejection) -> Self {
+        match rejection {
+            LockRejection::MissingKeyMaterial { .. }
+            | LockRejection::InvalidKeyMaterial { .. }
+            | LockRejection::InvalidKey { .. } => BankError::InvalidAccount.into(),
+            LockRejection::Contended { retry_after, .. } => ApiError::locked(retry_after),
+            LockRejection::Lost { .. } => ApiError::lost(),
+            LockRejection::Unavailable(e) | LockRejection::Misconfigured(e) => {
+                BankError::Lock(e).into()
+            }
+            other => ApiError::unavailable("lock service", &other),
         }
     }
 }

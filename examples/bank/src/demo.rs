@@ -28,7 +28,7 @@ pub(crate) async fn main(config: &Config) -> Result<(), String> {
     println!(
         "bank demo: {REQUESTS} deposits of 1, {CONCURRENCY} at a time, to {ACCOUNTS} accounts, \
          over HTTP on loopback; {}",
-        config.backend
+        config.stores()
     );
     let locked = run(config, true, REQUESTS, CONCURRENCY).await?;
     let unlocked = run(config, false, REQUESTS, CONCURRENCY).await?;

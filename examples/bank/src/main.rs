@@ -36,6 +36,10 @@
 //!   balances in the table `bank_accounts`, created on start, and the locks as advisory
 //!   locks; without either, both live in this process, and with both the bank refuses
 //!   to start
+//! - `LOCK_URL`: keep the locks in the store its scheme names instead (`redis://`,
+//!   `rediss://`, `postgres://`, `zookeeper://hosts[/chroot]`, `memory://`; see
+//!   `Locker::connect`), whichever store keeps the balances: every balance write is fenced
+//!   by the store of the balances itself, so any lock store's tokens keep it safe
 //! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease (on PostgreSQL, the lease of the
 //!   sessions that hold them, and of a transaction on the balances left idle) and how long
 //!   a request waits for a lock or a statement permit before `423 Locked` (default:
@@ -51,6 +55,7 @@
 
 mod app;
 mod demo;
+mod locks;
 mod service;
 mod store;
 #[cfg(test)]
@@ -79,7 +84,10 @@ const DEFAULT_STATEMENT_DELAY: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) addr: SocketAddr,
+    /// Where the balances live, and the locks too unless `lock_url` says otherwise.
     pub(crate) backend: Backend,
+    /// Where the locks live instead (`LOCK_URL`).
+    pub(crate) lock_url: Option<String>,
     pub(crate) lease: Duration,
     pub(crate) wait: Duration,
     pub(crate) delay: Duration,
@@ -92,8 +100,13 @@ pub(crate) struct Config {
 
 impl Config {
     fn from_env() -> Result<Config, String> {
+        Config::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The settings from the variables `var` looks up.
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         // an empty variable counts as unset
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let var = |name: &str| var(name).filter(|v| !v.is_empty());
         let millis = |name: &str, default: Duration| match var(name) {
             None => Ok(default),
             Some(v) => v
@@ -124,13 +137,16 @@ impl Config {
             (None, Some(url)) => Backend::Postgres(url),
             (Some(_), Some(_)) => {
                 return Err("REDIS_URL and DATABASE_URL are both set: set only one, \
-                            where both the locks and the balances live"
+                            where the balances (and the locks) live; for locks in Redis \
+                            and balances in PostgreSQL, set LOCK_URL=redis://.. and \
+                            DATABASE_URL"
                     .to_owned());
             }
         };
         Ok(Config {
             addr,
             backend,
+            lock_url: var("LOCK_URL"),
             lease: millis("BANK_LEASE_MS", lock_core::DEFAULT_LEASE)?,
             wait: millis("BANK_WAIT_MS", lock_core::DEFAULT_WAIT)?,
             delay: millis("BANK_DELAY_MS", Duration::from_millis(1))?,
@@ -142,7 +158,41 @@ impl Config {
     }
 }
 
-/// Where the locks and the balances live.
+impl Config {
+    /// The url of the lock store: `LOCK_URL`, else that of the balances' store.
+    pub(crate) fn lock_url(&self) -> &str {
+        match (&self.lock_url, &self.backend) {
+            (Some(url), _) | (None, Backend::Redis(url) | Backend::Postgres(url)) => url,
+            (None, Backend::Memory) => "memory://",
+        }
+    }
+
+    /// Where the locks and the balances live, without any password from the urls.
+    pub(crate) fn stores(&self) -> String {
+        match (&self.lock_url, &self.backend) {
+            (None, Backend::Memory) => "locks and balances in memory \
+                 (set REDIS_URL or DATABASE_URL to share them between replicas)"
+                .to_owned(),
+            (None, shared) => format!("locks and balances in {shared}"),
+            (Some(url), balances) => {
+                let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                let locks = match host {
+                    "" => format!("locks in {scheme}"),
+                    host => format!("locks in {scheme} at {host}"),
+                };
+                let alone = if matches!(balances, Backend::Memory) || scheme == "memory" {
+                    " (this replica's own: run one replica)"
+                } else {
+                    ""
+                };
+                format!("balances in {balances}, {locks}{alone}")
+            }
+        }
+    }
+}
+
+/// Where the balances live, and the locks too unless `LOCK_URL` says otherwise.
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
     /// In this process.
@@ -157,18 +207,15 @@ pub(crate) enum Backend {
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Backend::Memory => f.write_str(
-                "locks and balances in memory \
-                 (set REDIS_URL or DATABASE_URL to share them between replicas)",
-            ),
+            Backend::Memory => f.write_str("memory"),
             Backend::Redis(url) => {
                 let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
                 let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-                write!(f, "locks and balances in redis at {host}")
+                write!(f, "redis at {host}")
             }
             Backend::Postgres(url) => {
                 let Ok(config) = tokio_postgres::Config::from_str(url) else {
-                    return f.write_str("locks and balances in postgres");
+                    return f.write_str("postgres");
                 };
                 let host = match config.get_hosts().first() {
                     Some(Host::Tcp(host)) => host.clone(),
@@ -177,10 +224,7 @@ impl fmt::Display for Backend {
                 };
                 let port = config.get_ports().first().copied().unwrap_or(5432);
                 let database = config.get_dbname().or(config.get_user()).unwrap_or("");
-                write!(
-                    f,
-                    "locks and balances in postgres at {host}:{port}/{database}"
-                )
+                write!(f, "postgres at {host}:{port}/{database}")
             }
         }
     }
@@ -215,7 +259,7 @@ async fn main() -> ExitCode {
 /// Serves until Ctrl-C or SIGTERM, then stops accepting, lets the requests in flight
 /// finish (releasing their locks), and returns.
 async fn serve(config: &Config) -> Result<(), String> {
-    println!("bank: {}", config.backend);
+    println!("bank: {}", config.stores());
     if !config.locks {
         tracing::warn!("BANK_UNLOCKED is set: NO LOCKS, concurrent updates WILL be lost");
         println!("bank: WARNING: BANK_UNLOCKED is set: no locks, concurrent updates will be lost");

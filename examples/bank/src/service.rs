@@ -7,16 +7,13 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use lock_core::backend::PostgresStore;
-use lock_core::{LockError, LockKind, LockOptions, Locker, Semaphore};
+use lock_core::{LockError, Locker, Semaphore, distributed_lock};
 use serde::Serialize;
 
-use crate::store::postgres::LOCK_CONNECTIONS;
 use crate::store::{Read, Store, StoreError, Write};
-use crate::{Backend, Config};
+use crate::{Backend, Config, locks};
 
 /// The semaphore that bounds the statements being prepared: one for the whole bank,
 /// shared by every replica.
@@ -137,38 +134,23 @@ pub(crate) struct Bank {
     /// `false` with `BANK_UNLOCKED=1`: every read and update runs without its account lock
     /// (statements stay bounded).
     locking: bool,
+    /// How long a request waits for a lock (`BANK_WAIT_MS`).
+    wait: Duration,
     /// The bearer token of the `/admin` endpoints (`BANK_ADMIN_TOKEN`).
     admin_token: Option<String>,
 }
 
 impl Bank {
-    /// Locks and balances where `config.backend` says.
+    /// Balances where `config.backend` says, locks where `config.lock_url()` does.
     pub(crate) async fn open(config: &Config) -> Result<Bank, String> {
-        let (locks, store) = match &config.backend {
-            Backend::Memory => (Locker::builder().in_memory(), Store::in_memory()),
-            Backend::Redis(url) => {
-                let store = Store::redis(url).await.map_err(|e| e.to_string())?;
-                (Locker::builder().url(url), store)
-            }
-            Backend::Postgres(url) => {
-                let locks = PostgresStore::builder(url)
-                    .session_lease(config.lease)
-                    .max_connections(LOCK_CONNECTIONS)
-                    .build()
-                    .await
-                    .map_err(|e| with_causes(&e))?;
-                let store = Store::postgres(url, config.lease)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                (Locker::builder().store(Arc::new(locks)), store)
-            }
+        let store = match &config.backend {
+            Backend::Memory => Store::in_memory(),
+            Backend::Redis(url) => Store::redis(url).await.map_err(|e| e.to_string())?,
+            Backend::Postgres(url) => Store::postgres(url, config.lease)
+                .await
+                .map_err(|e| e.to_string())?,
         };
-        let locker = locks
-            .default_lease(config.lease)
-            .default_wait(config.wait)
-            .build()
-            .await
-            .map_err(|e| e.to_string())?;
+        let locker = locks::open(config).await?;
         // A semaphore keeps the count it was first used with (for as long as its fence
         // counter, days): storing ours makes a changed BANK_MAX_STATEMENTS apply. A replica
         // started earlier with another count then gets LockError::Config (a 503) for its
@@ -186,12 +168,23 @@ impl Bank {
             statements,
             statement_delay: config.statement_delay,
             locking: config.locks,
+            wait: config.wait,
             admin_token: config.admin_token.clone(),
         })
     }
 
     pub(crate) fn locker(&self) -> &Locker {
         &self.locker
+    }
+
+    /// Whether requests take their account locks (`false` with `BANK_UNLOCKED=1`).
+    pub(crate) fn locking(&self) -> bool {
+        self.locking
+    }
+
+    /// How long a request waits for a lock before `423 Locked`.
+    pub(crate) fn wait(&self) -> Duration {
+        self.wait
     }
 
     /// The bearer token of the `/admin` endpoints, if they are on.
@@ -211,8 +204,9 @@ impl Bank {
         outcome?
     }
 
-    /// Reads the balance for showing it, with fencing token `fence`: see [`Store::balance`].
-    async fn show(&self, id: &AccountId, fence: u64) -> Result<Reading, BankError> {
+    /// Reads the balance for showing it, with fencing token `fence`, that of the read side
+    /// of the account's lock the caller holds: see [`Store::balance`].
+    pub(crate) async fn show(&self, id: &AccountId, fence: u64) -> Result<Reading, BankError> {
         let balance = self.store.balance(&id.0, fence).await?;
         Ok(Reading {
             balance,
@@ -245,9 +239,15 @@ impl Bank {
         outcome?
     }
 
-    /// Adds `amount` to the account.
-    pub(crate) async fn deposit(&self, id: &AccountId, amount: Amount) -> Result<i64, BankError> {
-        self.update(id, |balance| {
+    /// Adds `amount` to the account, whose lock's write side the caller holds with
+    /// fencing token `fence`.
+    pub(crate) async fn deposit(
+        &self,
+        id: &AccountId,
+        amount: Amount,
+        fence: u64,
+    ) -> Result<i64, BankError> {
+        self.update(id, fence, |balance| {
             balance
                 .checked_add(amount.0)
                 .ok_or_else(|| BankError::Overflow { id: id.clone() })
@@ -255,9 +255,16 @@ impl Bank {
         .await
     }
 
-    /// Takes `amount` from the account, if it holds that much.
-    pub(crate) async fn withdraw(&self, id: &AccountId, amount: Amount) -> Result<i64, BankError> {
-        self.update(id, |balance| take(id, balance, amount)).await
+    /// Takes `amount` from the account, if it holds that much; as [`deposit`](Self::deposit)
+    /// the caller holds the lock.
+    pub(crate) async fn withdraw(
+        &self,
+        id: &AccountId,
+        amount: Amount,
+        fence: u64,
+    ) -> Result<i64, BankError> {
+        self.update(id, fence, |balance| take(id, balance, amount))
+            .await
     }
 
     /// The deliberately non-atomic read-modify-write the locks protect: read the balance,
@@ -265,19 +272,18 @@ impl Bank {
     async fn update(
         &self,
         id: &AccountId,
+        fence: u64,
         change: impl FnOnce(i64) -> Result<i64, BankError>,
     ) -> Result<i64, BankError> {
-        self.under_write_locks([id], |[fence]| async move {
-            let [balance] = self.read([(id, fence)]).await?;
-            tokio::time::sleep(self.delay).await;
-            let balance = change(balance)?;
-            self.write(&[(id, balance, fence)]).await?;
-            Ok(balance)
-        })
-        .await
+        let [balance] = self.read([(id, fence)]).await?;
+        tokio::time::sleep(self.delay).await;
+        let balance = change(balance)?;
+        self.write(&[(id, balance, fence)]).await?;
+        Ok(balance)
     }
 
-    /// Moves `amount` from one account to another; returns both new balances.
+    /// Moves `amount` from one account to another; returns both new balances. With locks
+    /// off it runs unlocked, with [`NO_FENCE`].
     pub(crate) async fn transfer(
         &self,
         from: &AccountId,
@@ -287,42 +293,36 @@ impl Bank {
         if from == to {
             return Err(BankError::SameAccount);
         }
-        self.under_write_locks([from, to], |fences| {
-            self.move_funds(from, to, amount, fences)
-        })
-        .await
+        if !self.locking {
+            return self.move_funds(from, to, amount, [NO_FENCE; 2]).await;
+        }
+        self.transfer_locked(from, to, amount).await
     }
 
-    /// Runs `update`, a read-modify-write of accounts `ids`, under the write side of their
-    /// locks, taken in one global order so that updates of the same accounts (a transfer
-    /// each way), on any replica, cannot deadlock; `update` gets each account's fencing
-    /// token, and is stopped if a lock is lost. With locks off it runs unlocked, with
-    /// [`NO_FENCE`].
-    async fn under_write_locks<const N: usize, T, F>(
+    /// [`transfer`](Self::transfer) under the write side of both accounts' locks (the keys
+    /// of [`lock_key`]), taken together in one global order, so that transfers each way,
+    /// on any replica, cannot deadlock; stopped if a lock is lost.
+    #[distributed_lock(
+        keys = ["balance:{from}", "balance:{to}"],
+        locker = self.locker,
+        mode = "write",
+        guard = locks
+    )]
+    async fn transfer_locked(
         &self,
-        ids: [&AccountId; N],
-        update: impl FnOnce([u64; N]) -> F,
-    ) -> Result<T, BankError>
-    where
-        F: Future<Output = Result<T, BankError>>,
-    {
-        if !self.locking {
-            return update([NO_FENCE; N]).await;
-        }
-        let keys = ids.map(lock_key);
-        let write = LockOptions::new().kind(LockKind::Write);
-        let locks = self.locker.lock_all(&keys, write).await?;
-        let mut fences = [NO_FENCE; N];
-        for (fence, key) in fences.iter_mut().zip(&keys) {
-            let guard = locks
-                .get(key)
-                .ok_or_else(|| LockError::NotHeld { key: key.clone() })?;
-            *fence = guard.fencing_token();
-        }
-        let outcome = locks.scope(update(fences)).await;
-        release(locks.release()).await;
-        // a lock lost while updating, or the update's own outcome
-        outcome?
+        from: &AccountId,
+        to: &AccountId,
+        amount: Amount,
+    ) -> Result<(i64, i64), BankError> {
+        let fence = |id| {
+            let key = lock_key(id);
+            match locks.get(&key) {
+                Some(guard) => Ok(guard.fencing_token()),
+                None => Err(LockError::NotHeld { key }),
+            }
+        };
+        let fences = [fence(from)?, fence(to)?];
+        self.move_funds(from, to, amount, fences).await
     }
 
     async fn move_funds(
@@ -370,18 +370,6 @@ impl Bank {
             Err(BankError::Stale)
         }
     }
-}
-
-/// The error and each of its causes, such as the server's reason for refusing a
-/// connection.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(e) = cause {
-        text = format!("{text}: {e}");
-        cause = e.source();
-    }
-    text
 }
 
 /// Gives a lock back once the work under it is over. That work stands (or was stopped,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{Method, Response, StatusCode, header};
 use axum::response::IntoResponse;
-use lock_core::{LockGuard, LockKind, LockOptions};
-use lock_tests::{PostgresServer, RedisServer, TestServer, eventually};
+use lock_core::{LockGuard, LockKind, LockOptions, Locker};
+use lock_tests::{PostgresServer, RedisServer, TestServer, ZooKeeperServer, eventually};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
@@ -29,6 +29,7 @@ fn config(backend: Backend) -> Config {
     Config {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         backend,
+        lock_url: None,
         lease: lock_core::DEFAULT_LEASE,
         wait: Duration::from_secs(5),
         delay: Duration::from_millis(1),
@@ -867,4 +868,165 @@ async fn an_admin_forces_a_stuck_lock_open_with_the_token() {
     );
     let (status, body) = admin_call(&http, Method::DELETE, "a%0Ab", Some("s3cret")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+/// The settings that the variables `vars` give.
+fn config_of(vars: &[(&str, &str)]) -> Result<Config, String> {
+    Config::from_vars(|name| {
+        let found = vars.iter().find(|(var, _)| *var == name);
+        found.map(|(_, value)| (*value).to_owned())
+    })
+}
+
+#[test]
+fn lock_url_and_the_balances_url_pick_their_stores_independently() {
+    let redis = "redis://:pw@127.0.0.1:1/";
+    let postgres = "postgres://bank:pw@127.0.0.1:2/bank";
+    let zookeeper = "zookeeper://127.0.0.1:3/bank";
+    let cases = [
+        (vec![], "memory", "memory://"),
+        (vec![("REDIS_URL", redis)], "redis", redis),
+        (vec![("DATABASE_URL", postgres)], "postgres", postgres),
+        (
+            vec![("DATABASE_URL", postgres), ("LOCK_URL", redis)],
+            "postgres",
+            redis,
+        ),
+        (
+            vec![("DATABASE_URL", postgres), ("LOCK_URL", zookeeper)],
+            "postgres",
+            zookeeper,
+        ),
+        (
+            vec![("DATABASE_URL", postgres), ("LOCK_URL", "memory://")],
+            "postgres",
+            "memory://",
+        ),
+        (
+            vec![("REDIS_URL", redis), ("LOCK_URL", zookeeper)],
+            "redis",
+            zookeeper,
+        ),
+        (vec![("LOCK_URL", redis)], "memory", redis),
+    ];
+    for (vars, balances, locks) in cases {
+        let config = config_of(&vars).unwrap();
+        let stores = config.stores();
+        assert!(
+            config.backend.to_string().starts_with(balances),
+            "{vars:?}: balances in {}",
+            config.backend
+        );
+        assert_eq!(config.lock_url(), locks, "{vars:?}");
+        assert!(!stores.contains("pw"), "{vars:?}: {stores}");
+    }
+    let split = config_of(&[("DATABASE_URL", postgres), ("LOCK_URL", redis)]).unwrap();
+    assert_eq!(
+        split.stores(),
+        "balances in postgres at 127.0.0.1:2/bank, locks in redis at 127.0.0.1:1/"
+    );
+
+    let both = config_of(&[("REDIS_URL", redis), ("DATABASE_URL", postgres)]).unwrap_err();
+    assert!(both.contains("LOCK_URL"), "{both}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_url_without_a_store_is_refused_at_start() {
+    for (url, reason) in [
+        ("etcd://127.0.0.1:2379", "etcd"),
+        ("mysql://127.0.0.1:3306/bank", "mysql"),
+        ("127.0.0.1:6379", "scheme"),
+    ] {
+        let config = Config {
+            lock_url: Some(url.to_owned()),
+            ..config(Backend::Memory)
+        };
+        let refused = Bank::open(&config).await.unwrap_err();
+        assert!(refused.contains(reason), "{url}: {refused}");
+    }
+}
+
+/// Locks in the store at `lock_url`, balances in `backend`: a lock held there, by anyone,
+/// keeps every request for its account waiting, then `423` (with `Retry-After` where the
+/// store knows the holder's lease); once it is given back, they go through.
+async fn the_locks_live_at_the_lock_url(lock_url: String, backend: Backend) {
+    let (http, _bank) = serve(Config {
+        lock_url: Some(lock_url.clone()),
+        wait: Duration::from_millis(100),
+        ..config(backend)
+    })
+    .await;
+    assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
+    let elsewhere = Locker::connect(&lock_url).await.unwrap();
+    let key = lock_key(&AccountId::parse("alice").unwrap());
+    let held = elsewhere.write(&key).await.unwrap();
+    let transfer = r#"{"from": "alice", "to": "bob", "amount": 2}"#;
+    let requests = [
+        (Method::GET, "/accounts/alice", None),
+        (
+            Method::POST,
+            "/accounts/alice/deposit",
+            Some(r#"{"amount": 1}"#),
+        ),
+        (Method::POST, "/transfers", Some(transfer)),
+    ];
+    for (method, path, body) in &requests {
+        let (status, reply) = call(&http, method.clone(), path, *body).await;
+        let what = format!("{method} {path} held at {lock_url}");
+        assert_error(status, &reply, StatusCode::LOCKED, &what);
+    }
+    held.release().await.unwrap();
+    let (status, body) = call(&http, Method::POST, "/transfers", Some(transfer)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (balance(&http, "alice").await, balance(&http, "bob").await),
+        (3, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_in_redis_with_balances_in_postgres() {
+    let (redis, postgres) = (RedisServer::spawn(), PostgresServer::spawn());
+    the_locks_live_at_the_lock_url(redis.url(), Backend::Postgres(postgres.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_in_zookeeper_with_balances_in_postgres() {
+    let (zookeeper, postgres) = (ZooKeeperServer::spawn(), PostgresServer::spawn());
+    let lock_url = format!("zookeeper://{}", zookeeper.connect_string());
+    the_locks_live_at_the_lock_url(lock_url, Backend::Postgres(postgres.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_in_zookeeper_with_balances_in_redis() {
+    let (zookeeper, redis) = (ZooKeeperServer::spawn(), RedisServer::spawn());
+    let lock_url = format!("zookeeper://{}", zookeeper.connect_string());
+    the_locks_live_at_the_lock_url(lock_url, Backend::Redis(redis.url())).await;
+}
+
+/// PostgreSQL's fenced write (`.. WHERE fence <= $token`) refuses a holder of a Redis
+/// lock whose lease ran out, as it does a holder of its own advisory lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_holder_cannot_lose_a_deposit_with_locks_in_redis_and_balances_in_postgres() {
+    let (redis, postgres) = (RedisServer::spawn(), PostgresServer::spawn());
+    let config = Config {
+        lock_url: Some(redis.url()),
+        ..config(Backend::Postgres(postgres.url()))
+    };
+    a_stale_holder_cannot_lose_a_deposit(config, Stale::LeaseRunsOut).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_loses_nothing_with_the_locks_apart_from_the_balances() {
+    let (redis, postgres) = (RedisServer::spawn(), PostgresServer::spawn());
+    for lock_url in [redis.url(), "memory://".to_owned()] {
+        let config = Config {
+            lock_url: Some(lock_url),
+            ..config(Backend::Postgres(postgres.url()))
+        };
+        let run = demo::run(&config, true, 200, 16).await.unwrap();
+        let stores = config.stores();
+        assert_eq!((run.failed, run.expected), (0, 200), "{stores}: {run:?}");
+        assert_eq!(run.lost(), 0, "{stores}: {run:?}");
+    }
 }

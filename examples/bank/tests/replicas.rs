@@ -75,6 +75,7 @@ impl Replica {
         for var in [
             "REDIS_URL",
             "DATABASE_URL",
+            "LOCK_URL",
             "BANK_LEASE_MS",
             "BANK_WAIT_MS",
             "BANK_DELAY_MS",
@@ -291,17 +292,26 @@ fn statement_permits_held(redis: &RedisServer) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_replicas_keep_every_balance_exact() {
-    keep_every_balance_exact(&RedisServer::spawn()).await;
+    keep_every_balance_exact(&RedisServer::spawn(), &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_replicas_keep_every_balance_exact_on_postgres() {
-    keep_every_balance_exact(&PostgresServer::spawn()).await;
+    keep_every_balance_exact(&PostgresServer::spawn(), &[]).await;
 }
 
-async fn keep_every_balance_exact(shared: &impl Shared) {
-    let a = Replica::start("a", shared, &[]);
-    let b = Replica::start("b", shared, &[]);
+/// `LOCK_URL` puts the locks in Redis, `DATABASE_URL` the balances in PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_keep_every_balance_exact_with_locks_in_redis_and_balances_in_postgres() {
+    let redis = RedisServer::spawn();
+    let lock_url = redis.url();
+    keep_every_balance_exact(&PostgresServer::spawn(), &[("LOCK_URL", &lock_url)]).await;
+}
+
+/// Two replicas on `shared`, with the variables `env` besides.
+async fn keep_every_balance_exact(shared: &impl Shared, env: &[(&str, &str)]) {
+    let a = Replica::start("a", shared, env);
+    let b = Replica::start("b", shared, env);
     let (replicas, http) = ([a.addr, b.addr], http());
 
     const ACCOUNTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
