@@ -14,7 +14,10 @@ use lock_core::LockError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use tower_http::trace::TraceLayer;
+
 use crate::service::{AccountId, Amount, Bank, BankError, NO_FENCE, lock_key};
+use crate::{health, metrics};
 
 /// The service's routes. A balance, a deposit and a withdrawal run under the account's
 /// lock, which [`account_lock`] takes around the handler; a statement and a transfer take
@@ -27,14 +30,18 @@ pub(crate) fn router(bank: Bank) -> Router {
     if bank.locking() {
         accounts = accounts.route_layer(account_lock(&bank));
     }
+    metrics::install();
     accounts
         .route("/accounts/{id}/statement", get(statement))
         .route("/transfers", post(transfer))
         .route("/admin/locks/{key}", get(inspect).delete(force_unlock))
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(metrics::render))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
+        .layer(TraceLayer::new_for_http())
         .with_state(bank)
 }
 

@@ -7,6 +7,8 @@
 //!
 //! Each account has a read-write lock, `balance:{id}`: reading a balance takes its read
 //! side, shared with other reads; deposits, withdrawals and transfers take its write side.
+//! `LockLayer` takes it around the account routes, `#[distributed_lock]` takes both
+//! accounts' for a transfer, and the statements' semaphore is taken from the `Locker`.
 //!
 //! ```text
 //! GET  /accounts/{id}            -> {"id": "alice", "balance": 0}
@@ -26,7 +28,14 @@
 //! DELETE /admin/locks/{key}      -> {"key": "balance:alice", "was_held": true}
 //!                                (an operator forces a stuck lock open; needs
 //!                                `Authorization: Bearer $BANK_ADMIN_TOKEN`)
+//! GET /healthz                   -> {"locks": "ok", "balances": "ok"}
+//!                                (503 with {"error": "the lock store does not answer",
+//!                                ..} when a store does not answer within 2 s)
+//! GET /metrics                   -> lock-core's lock metrics, in Prometheus text
 //! ```
+//!
+//! Every request is traced by tower-http's `TraceLayer`: `RUST_LOG=tower_http=debug`
+//! shows them.
 //!
 //! Environment:
 //! - `BANK_ADDR`: where to listen (default `127.0.0.1:3000`; port 0 takes a free one);
@@ -55,7 +64,9 @@
 
 mod app;
 mod demo;
+mod health;
 mod locks;
+mod metrics;
 mod service;
 mod store;
 #[cfg(test)]

@@ -177,6 +177,11 @@ impl Bank {
         &self.locker
     }
 
+    /// Where the balances live.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Whether requests take their account locks (`false` with `BANK_UNLOCKED=1`).
     pub(crate) fn locking(&self) -> bool {
         self.locking

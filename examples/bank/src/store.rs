@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use lock_core::backend::redis::bb8::{Pool, RunError};
 use lock_core::backend::redis::bb8_redis::RedisConnectionManager;
-use lock_core::backend::redis::redis::{RedisError, Script};
+use lock_core::backend::redis::redis::{self, RedisError, Script};
 
 /// The read of [`Store::balance`] on Redis.
 static SHOW_BALANCE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
@@ -130,6 +130,19 @@ impl Store {
         postgres::Balances::open(url, lease)
             .await
             .map(Store::Postgres)
+    }
+
+    /// Whether the store answers: a round trip to its server.
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(_) => Ok(()),
+            Store::Redis(pool) => {
+                let mut conn = pool.get().await?;
+                let _: String = redis::cmd("PING").query_async(&mut *conn).await?;
+                Ok(())
+            }
+            Store::Postgres(balances) => balances.ping().await,
+        }
     }
 
     /// The balance of account `id`, for showing it (0 for an account never written), read

@@ -1030,3 +1030,81 @@ async fn the_demo_loses_nothing_with_the_locks_apart_from_the_balances() {
         assert_eq!(run.lost(), 0, "{stores}: {run:?}");
     }
 }
+
+/// `GET /healthz` answers `200` while both stores answer, and `503` naming the one that
+/// does not, then both.
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_names_the_store_that_does_not_answer() {
+    let (mut redis, mut postgres) = (RedisServer::spawn(), PostgresServer::spawn());
+    let (http, _bank) = serve(Config {
+        lock_url: Some(redis.url()),
+        ..config(Backend::Postgres(postgres.url()))
+    })
+    .await;
+    let (status, body) = call(&http, Method::GET, "/healthz", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({ "locks": "ok", "balances": "ok" }));
+
+    postgres.kill();
+    let (status, body) = call(&http, Method::GET, "/healthz", None).await;
+    assert_error(
+        status,
+        &body,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "postgres down",
+    );
+    assert_eq!(body["error"], "the balance store does not answer", "{body}");
+    assert_eq!(
+        (&body["locks"], &body["balances"]),
+        (&json!("ok"), &json!("unavailable"))
+    );
+
+    redis.kill();
+    let (status, body) = call(&http, Method::GET, "/healthz", None).await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "both down");
+    assert_eq!(
+        body["error"], "the lock store and the balance store do not answer",
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_names_the_lock_store_when_only_it_is_down() {
+    let mut redis = RedisServer::spawn();
+    let (http, _bank) = serve(Config {
+        lock_url: Some(redis.url()),
+        ..config(Backend::Memory)
+    })
+    .await;
+    redis.kill();
+    let (status, body) = call(&http, Method::GET, "/healthz", None).await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "redis down");
+    assert_eq!(body["error"], "the lock store does not answer", "{body}");
+    assert_eq!(body["balances"], "ok", "{body}");
+}
+
+/// `GET /metrics`: Prometheus text with lock-core's lock metrics, labelled by the
+/// templates the locks are named from, never by an account.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_the_account_locks_in_prometheus_text() {
+    let (http, _bank) = serve(config(Backend::Memory)).await;
+    assert_eq!(deposit(&http, "metered", 3).await.0, StatusCode::OK);
+    let transfer = r#"{"from": "metered", "to": "bob", "amount": 1}"#;
+    let (status, body) = call(&http, Method::POST, "/transfers", Some(transfer)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let response = http.send(Method::GET, "/metrics", None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()[header::CONTENT_TYPE].to_str().unwrap();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    let text = std::str::from_utf8(response.body()).unwrap();
+    for expected in [
+        "# TYPE lock_acquisitions_total counter",
+        r#"lock_acquisitions_total{kind="write",lock="balance:{id}"}"#,
+        r#"lock_acquisitions_total{kind="write",lock="balance:{from}, balance:{to}"}"#,
+        "lock_wait_seconds",
+    ] {
+        assert!(text.contains(expected), "no {expected:?} in:\n{text}");
+    }
+    assert!(!text.contains("metered"), "an account in a label:\n{text}");
+}

@@ -93,6 +93,12 @@ impl Balances {
         conn.batch_execute(CREATE_TABLE).await.map_err(failed)
     }
 
+    /// Whether the database answers.
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        let conn = self.0.get().await.map_err(pool_failed)?;
+        conn.simple_query("").await.map(drop).map_err(failed)
+    }
+
     pub(crate) async fn balance(&self, id: &str, fence: u64) -> Result<i64, StoreError> {
         let conn = self.0.get().await.map_err(pool_failed)?;
         let params = [(&id as _, Type::TEXT), (&token(fence)? as _, Type::INT8)];
