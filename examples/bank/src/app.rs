@@ -413,10 +413,17 @@ impl From<BankError> for ApiError {
 }
 
 /// The account lock's answers, as the bank gives them when it takes a lock itself: an id
-/// that cannot name a lock is an invalid account.
+/// that cannot name a lock is an invalid account, and one that is not UTF-8 is answered
+/// as axum's `Path` answers it, which read it before the lock came in front of it.
 impl From<LockRejection> for ApiError {
     fn from(rejection: LockRejection) -> Self {
         match rejection {
+            LockRejection::InvalidKeyMaterial { reason, .. } if reason == "is not valid UTF-8" => {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "Invalid URL: Invalid UTF-8 in `id`",
+                )
+            }
             LockRejection::MissingKeyMaterial { .. }
             | LockRejection::InvalidKeyMaterial { .. }
             | LockRejection::InvalidKey { .. } => BankError::InvalidAccount.into(),

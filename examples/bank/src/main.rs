@@ -214,7 +214,7 @@ pub(crate) enum Backend {
     Postgres(String),
 }
 
-/// Where locks and balances live, without any password from the url.
+/// The balances' store and where it is, without any password from the url.
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
