@@ -13,7 +13,6 @@ use lock_axum::{HeldLock, LockLayer, LockRejection};
 use lock_core::LockError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
 use tower_http::trace::TraceLayer;
 
 use crate::service::{AccountId, Amount, Bank, BankError, NO_FENCE, lock_key};
@@ -30,6 +29,7 @@ pub(crate) fn router(bank: Bank) -> Router {
     if bank.locking() {
         accounts = accounts.route_layer(account_lock(&bank));
     }
+    // from now on, the metrics of every lock taken are kept for `/metrics`
     metrics::install();
     accounts
         .route("/accounts/{id}/statement", get(statement))

@@ -167,9 +167,7 @@ impl Config {
             admin_token: var("BANK_ADMIN_TOKEN"),
         })
     }
-}
 
-impl Config {
     /// The url of the lock store: `LOCK_URL`, else that of the balances' store.
     pub(crate) fn lock_url(&self) -> &str {
         match (&self.lock_url, &self.backend) {

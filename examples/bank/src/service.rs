@@ -4,6 +4,10 @@
 //! side, which reads share with each other; changing one takes its write side, which
 //! excludes reads and other updates, so no read sees an update halfway. Statements are slow,
 //! so a semaphore bounds how many are prepared at once across every replica.
+//!
+//! A balance, a deposit and a withdrawal run under the lock the HTTP layer took
+//! (`app::account_lock`), whose fencing token they are given; a statement and a transfer
+//! take their locks here.
 
 use std::fmt;
 use std::future::Future;
@@ -119,7 +123,7 @@ pub(crate) struct Reading {
     pub(crate) read_at: SystemTime,
 }
 
-/// The bank service. Every operation takes the locks it needs itself.
+/// The bank service: see the module docs for who takes which lock.
 #[derive(Debug, Clone)]
 pub(crate) struct Bank {
     locker: Locker,

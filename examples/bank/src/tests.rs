@@ -1108,3 +1108,18 @@ async fn metrics_show_the_account_locks_in_prometheus_text() {
     }
     assert!(!text.contains("metered"), "an account in a label:\n{text}");
 }
+
+/// The account routes write with the fencing token of the lock the layer took: after a
+/// deposit, a holder of an earlier hold of the same lock is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_layer_fences_the_account_routes_with_its_token() {
+    let (http, bank) = serve(config(Backend::Memory)).await;
+    let id = AccountId::parse("alice").unwrap();
+    let earlier = bank.locker().write(&lock_key(&id)).await.unwrap();
+    let fence = earlier.fencing_token();
+    earlier.release().await.unwrap();
+    assert_eq!(deposit(&http, "alice", 5).await.0, StatusCode::OK);
+    let written = bank.write(&[(&id, 0, fence)]).await;
+    assert!(matches!(written, Err(BankError::Stale)), "{written:?}");
+    assert_eq!(balance(&http, "alice").await, 5);
+}
