@@ -48,7 +48,9 @@
 //! - `LOCK_URL`: keep the locks in the store its scheme names instead (`redis://`,
 //!   `rediss://`, `postgres://`, `zookeeper://hosts[/chroot]`, `memory://`; see
 //!   `Locker::connect`), whichever store keeps the balances: every balance write is fenced
-//!   by the store of the balances itself, so any lock store's tokens keep it safe
+//!   by the store of the balances itself, so any lock store keeps it safe, given one
+//!   `LOCK_URL` for every replica (see the README before moving existing balances to
+//!   another lock store)
 //! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease (on PostgreSQL, the lease of the
 //!   sessions that hold them, and of a transaction on the balances left idle) and how long
 //!   a request waits for a lock or a statement permit before `423 Locked` (default:
