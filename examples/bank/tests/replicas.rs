@@ -20,7 +20,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lock_core::Locker;
-use lock_tests::{PostgresServer, RedisServer, ValueExt, eventually, lock_exists, wait_until};
+use lock_tests::{
+    PostgresServer, RedisServer, ValueExt, ZooKeeperServer, eventually, lock_exists, wait_until,
+};
 use serde_json::Value;
 use tokio_postgres::NoTls;
 
@@ -305,6 +307,14 @@ async fn two_replicas_keep_every_balance_exact_on_postgres() {
 async fn two_replicas_keep_every_balance_exact_with_locks_in_redis_and_balances_in_postgres() {
     let redis = RedisServer::spawn();
     let lock_url = redis.url();
+    keep_every_balance_exact(&PostgresServer::spawn(), &[("LOCK_URL", &lock_url)]).await;
+}
+
+/// `LOCK_URL` puts the locks in ZooKeeper, `DATABASE_URL` the balances in PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_keep_every_balance_exact_with_locks_in_zookeeper_and_balances_in_postgres() {
+    let zookeeper = ZooKeeperServer::spawn();
+    let lock_url = format!("zookeeper://{}", zookeeper.connect_string());
     keep_every_balance_exact(&PostgresServer::spawn(), &[("LOCK_URL", &lock_url)]).await;
 }
 
