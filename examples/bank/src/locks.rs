@@ -6,15 +6,18 @@ use std::sync::Arc;
 use lock_core::Locker;
 use lock_core::backend::PostgresStore;
 
-use crate::Config;
 use crate::store::postgres::LOCK_CONNECTIONS;
+use crate::{Backend, Config};
 
 /// The locker of `config.lock_url()`, with the bank's lease and wait. On PostgreSQL, the
 /// sessions that hold the locks get the lease too, and the connections are bounded so
 /// that the balances' pool fits beside them (see [`crate::store::postgres`]).
 pub(crate) async fn open(config: &Config) -> Result<Locker, String> {
     let url = config.lock_url();
-    let builder = if is_postgres(url) {
+    // DATABASE_URL alone may be in PostgreSQL's `key=value` form, which has no scheme
+    let postgres = is_postgres(url)
+        || (config.lock_url.is_none() && matches!(config.backend, Backend::Postgres(_)));
+    let builder = if postgres {
         let store = PostgresStore::builder(url)
             .session_lease(config.lease)
             .max_connections(LOCK_CONNECTIONS)
@@ -33,7 +36,8 @@ pub(crate) async fn open(config: &Config) -> Result<Locker, String> {
         .map_err(|e| format!("the lock store: {}", with_causes(&e)))
 }
 
-fn is_postgres(url: &str) -> bool {
+/// Whether `url` names a PostgreSQL database.
+pub(crate) fn is_postgres(url: &str) -> bool {
     url.split_once("://").is_some_and(|(scheme, _)| {
         scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
     })

@@ -48,9 +48,9 @@
 //! - `LOCK_URL`: keep the locks in the store its scheme names instead (`redis://`,
 //!   `rediss://`, `postgres://`, `zookeeper://hosts[/chroot]`, `memory://`; see
 //!   `Locker::connect`), whichever store keeps the balances: every balance write is fenced
-//!   by the store of the balances itself, so any lock store keeps it safe, given one
-//!   `LOCK_URL` for every replica (see the README before moving existing balances to
-//!   another lock store)
+//!   by the store of the balances itself, so any lock store keeps it safe, given one for
+//!   every replica: shared balances record the lock store they are fenced by, and a
+//!   replica with its locks elsewhere is refused at start (see the README to move them)
 //! - `BANK_LEASE_MS`, `BANK_WAIT_MS`: the locks' lease (on PostgreSQL, the lease of the
 //!   sessions that hold them, and of a transaction on the balances left idle) and how long
 //!   a request waits for a lock or a statement permit before `423 Locked` (default:
@@ -178,6 +178,24 @@ impl Config {
         }
     }
 
+    /// The lock store and where it is, without any password or option from its url:
+    /// `redis at 127.0.0.1:6379/`, `postgres at db:5432/bank`, `memory`.
+    pub(crate) fn lock_store(&self) -> String {
+        let Some(url) = &self.lock_url else {
+            return self.backend.to_string();
+        };
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let scheme = scheme.to_ascii_lowercase();
+        if locks::is_postgres(url) {
+            return Backend::Postgres(url.clone()).to_string();
+        }
+        let rest = rest.split_once('?').map_or(rest, |(rest, _)| rest);
+        match rest.rsplit_once('@').map_or(rest, |(_, host)| host) {
+            "" => scheme,
+            host => format!("{scheme} at {host}"),
+        }
+    }
+
     /// Where the locks and the balances live, without any password from the urls.
     pub(crate) fn stores(&self) -> String {
         match (&self.lock_url, &self.backend) {
@@ -185,19 +203,14 @@ impl Config {
                  (set REDIS_URL or DATABASE_URL to share them between replicas)"
                 .to_owned(),
             (None, shared) => format!("locks and balances in {shared}"),
-            (Some(url), balances) => {
-                let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-                let locks = match host {
-                    "" => format!("locks in {scheme}"),
-                    host => format!("locks in {scheme} at {host}"),
-                };
-                let alone = if matches!(balances, Backend::Memory) || scheme == "memory" {
+            (Some(_), balances) => {
+                let locks = self.lock_store();
+                let alone = if matches!(balances, Backend::Memory) || locks == "memory" {
                     " (this replica's own: run one replica)"
                 } else {
                     ""
                 };
-                format!("balances in {balances}, {locks}{alone}")
+                format!("balances in {balances}, locks in {locks}{alone}")
             }
         }
     }

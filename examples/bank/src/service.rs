@@ -154,6 +154,20 @@ impl Bank {
                 .await
                 .map_err(|e| e.to_string())?,
         };
+        let lock_store = config.lock_store();
+        let fenced_by = store
+            .fenced_by(&lock_store)
+            .await
+            .map_err(|e| e.to_string())?;
+        if fenced_by != lock_store {
+            return Err(format!(
+                "the balances in {} are fenced by the locks in {fenced_by}, but this replica's \
+                 are in {lock_store}: two lock stores do not exclude each other, and their \
+                 fencing tokens do not compare, so give every replica the locks in \
+                 {fenced_by} (see the README to move them)",
+                config.backend
+            ));
+        }
         let locker = locks::open(config).await?;
         // A semaphore keeps the count it was first used with (for as long as its fence
         // counter, days): storing ours makes a changed BANK_MAX_STATEMENTS apply. A replica

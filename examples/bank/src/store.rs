@@ -132,6 +132,30 @@ impl Store {
             .map(Store::Postgres)
     }
 
+    /// The lock store whose fencing tokens the balances are compared with: `locks`, unless
+    /// another was recorded first, by this replica or another. Balances in memory are
+    /// this process's alone, so whatever locks it has are theirs.
+    pub(crate) async fn fenced_by(&self, locks: &str) -> Result<String, StoreError> {
+        match self {
+            Store::Memory(_) => Ok(locks.to_owned()),
+            Store::Redis(pool) => {
+                let mut conn = pool.get().await?;
+                let (recorded,): (String,) = redis::pipe()
+                    .atomic()
+                    .cmd("SETNX")
+                    .arg(FENCED_BY)
+                    .arg(locks)
+                    .ignore()
+                    .cmd("GET")
+                    .arg(FENCED_BY)
+                    .query_async(&mut *conn)
+                    .await?;
+                Ok(recorded)
+            }
+            Store::Postgres(balances) => balances.fenced_by(locks).await,
+        }
+    }
+
     /// Whether the store answers: a round trip to its server.
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         match self {
@@ -245,6 +269,9 @@ impl Store {
         }
     }
 }
+
+/// The key in Redis of the lock store the balances are fenced by.
+const FENCED_BY: &str = "bank:fenced-by";
 
 /// The hash of account `id` in Redis. Ids are checked (`[A-Za-z0-9_-]`, at most 64 bytes)
 /// before they get here.

@@ -1018,8 +1018,9 @@ async fn a_stale_holder_cannot_lose_a_deposit_with_locks_in_redis_and_balances_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_loses_nothing_with_the_locks_apart_from_the_balances() {
-    let (redis, postgres) = (RedisServer::spawn(), PostgresServer::spawn());
+    let redis = RedisServer::spawn();
     for lock_url in [redis.url(), "memory://".to_owned()] {
+        let postgres = PostgresServer::spawn();
         let config = Config {
             lock_url: Some(lock_url),
             ..config(Backend::Postgres(postgres.url()))
@@ -1122,4 +1123,48 @@ async fn the_layer_fences_the_account_routes_with_its_token() {
     let written = bank.write(&[(&id, 0, fence)]).await;
     assert!(matches!(written, Err(BankError::Stale)), "{written:?}");
     assert_eq!(balance(&http, "alice").await, 5);
+}
+
+/// Shared balances record the lock store that fences them: a replica restarted with the
+/// same one starts, one with locks elsewhere is refused, saying where they must be.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_with_locks_elsewhere_than_the_balances_record_is_refused() {
+    let (redis, other_redis, postgres) = (
+        RedisServer::spawn(),
+        RedisServer::spawn(),
+        PostgresServer::spawn(),
+    );
+    let with_locks = |lock_url: Option<String>, backend: Backend| Config {
+        lock_url,
+        ..config(backend)
+    };
+    let on_postgres = Backend::Postgres(postgres.url());
+    let on_redis = Backend::Redis(redis.url());
+    let cases = [
+        (on_postgres.clone(), Some(redis.url()), None),
+        (on_redis.clone(), None, Some(other_redis.url())),
+    ];
+    for (balances, first, other) in cases {
+        Bank::open(&with_locks(first.clone(), balances.clone()))
+            .await
+            .unwrap();
+        Bank::open(&with_locks(first.clone(), balances.clone()))
+            .await
+            .expect("a restart with the same lock store");
+        let refused = Bank::open(&with_locks(other, balances.clone()))
+            .await
+            .unwrap_err();
+        let recorded = with_locks(first, balances).lock_store();
+        assert!(
+            refused.contains(&format!("fenced by the locks in {recorded}")),
+            "{refused}"
+        );
+    }
+    let in_memory = Backend::Memory;
+    Bank::open(&with_locks(Some(redis.url()), in_memory.clone()))
+        .await
+        .unwrap();
+    Bank::open(&with_locks(None, in_memory))
+        .await
+        .expect("balances in memory are this process's alone");
 }

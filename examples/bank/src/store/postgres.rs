@@ -37,7 +37,20 @@ CREATE TABLE IF NOT EXISTS bank_accounts (
     id text PRIMARY KEY,
     balance bigint NOT NULL,
     fence bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS bank_fenced_by (
+    one_row boolean PRIMARY KEY DEFAULT true CHECK (one_row),
+    lock_store text NOT NULL
 )";
+
+/// [`Store::fenced_by`](super::Store::fenced_by): records the lock store unless one is
+/// recorded, and answers the one recorded (the insert's own row is not visible to the
+/// rest of its statement, hence both).
+const FENCED_BY: &str = "WITH recorded AS (
+        INSERT INTO bank_fenced_by (lock_store) VALUES ($1) ON CONFLICT DO NOTHING
+        RETURNING lock_store
+    )
+    SELECT lock_store FROM recorded UNION ALL SELECT lock_store FROM bank_fenced_by";
 
 /// [`Store::balance`](super::Store::balance): records the reader's token unless the row
 /// has seen a newer one, and is never refused.
@@ -91,6 +104,16 @@ impl Balances {
     async fn create_table(&self) -> Result<(), StoreError> {
         let conn = self.0.get().await.map_err(pool_failed)?;
         conn.batch_execute(CREATE_TABLE).await.map_err(failed)
+    }
+
+    pub(crate) async fn fenced_by(&self, locks: &str) -> Result<String, StoreError> {
+        let conn = self.0.get().await.map_err(pool_failed)?;
+        let rows = conn
+            .query_typed(FENCED_BY, &[(&locks, Type::TEXT)])
+            .await
+            .map_err(failed)?;
+        let recorded = rows.first().map(|row| row.get("lock_store"));
+        recorded.ok_or_else(|| StoreError("postgres: no lock store recorded".into()))
     }
 
     /// Whether the database answers.
