@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Config, Socket, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::key::AdvisoryKey;
 use super::sql;
+use super::ssl::Tls;
 use crate::LockError;
 use crate::backend::sql::sessions::{self, Connector, SessionState};
 
@@ -20,6 +22,8 @@ use crate::backend::sql::sessions::{self, Connector, SessionState};
 #[derive(Debug, Clone)]
 pub(crate) struct Connect {
     pub(super) config: Config,
+    /// Opens TLS as the url's `sslmode` says.
+    pub(super) tls: Tls,
     /// The server ends a session idle for this long.
     pub(super) lease: Duration,
     /// Woken when a permit is announced given back, by any store (every session listens).
@@ -72,7 +76,11 @@ impl Session {
 impl Connect {
     /// A connection of its own, for an operator's statement.
     pub(super) async fn once(&self) -> Result<Client, LockError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(cannot_connect)?;
+        let (client, connection) = self
+            .config
+            .connect(self.tls.clone())
+            .await
+            .map_err(cannot_connect)?;
         tokio::spawn(connection);
         Ok(client)
     }
@@ -87,7 +95,11 @@ impl Connector for Connect {
 
     /// Opens a session, leased and listening for permits given back.
     async fn open(&self, state: SessionState<AdvisoryKey>) -> Result<Arc<Session>, LockError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(cannot_connect)?;
+        let (client, connection) = self
+            .config
+            .connect(self.tls.clone())
+            .await
+            .map_err(cannot_connect)?;
         tokio::spawn(run(connection, state.ended(), self.released.clone()));
         let lease = self.lease.as_millis();
         client
@@ -111,10 +123,7 @@ impl Connector for Connect {
 /// Drives the connection until it drops or the session is ended, then says it ended;
 /// wakes `released` on each notification.
 async fn run(
-    mut connection: tokio_postgres::Connection<
-        tokio_postgres::Socket,
-        tokio_postgres::tls::NoTlsStream,
-    >,
+    mut connection: tokio_postgres::Connection<Socket, <Tls as MakeTlsConnect<Socket>>::Stream>,
     ended: CancellationToken,
     released: Arc<Notify>,
 ) {
