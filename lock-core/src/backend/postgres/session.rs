@@ -73,14 +73,23 @@ impl Session {
     }
 }
 
+/// A connection to the server, as tokio-postgres drives it.
+type Connection = tokio_postgres::Connection<Socket, <Tls as MakeTlsConnect<Socket>>::Stream>;
+
 impl Connect {
+    /// Connects, opening TLS as the url's settings say.
+    async fn connect(&self) -> Result<(Client, Connection), LockError> {
+        #[cfg_attr(
+            not(feature = "tls"),
+            expect(clippy::clone_on_copy, reason = "only NoTls is Copy")
+        )]
+        let tls = self.tls.clone();
+        self.config.connect(tls).await.map_err(cannot_connect)
+    }
+
     /// A connection of its own, for an operator's statement.
     pub(super) async fn once(&self) -> Result<Client, LockError> {
-        let (client, connection) = self
-            .config
-            .connect(self.tls.clone())
-            .await
-            .map_err(cannot_connect)?;
+        let (client, connection) = self.connect().await?;
         tokio::spawn(connection);
         Ok(client)
     }
@@ -95,11 +104,7 @@ impl Connector for Connect {
 
     /// Opens a session, leased and listening for permits given back.
     async fn open(&self, state: SessionState<AdvisoryKey>) -> Result<Arc<Session>, LockError> {
-        let (client, connection) = self
-            .config
-            .connect(self.tls.clone())
-            .await
-            .map_err(cannot_connect)?;
+        let (client, connection) = self.connect().await?;
         tokio::spawn(run(connection, state.ended(), self.released.clone()));
         let lease = self.lease.as_millis();
         client
@@ -122,11 +127,7 @@ impl Connector for Connect {
 
 /// Drives the connection until it drops or the session is ended, then says it ended;
 /// wakes `released` on each notification.
-async fn run(
-    mut connection: tokio_postgres::Connection<Socket, <Tls as MakeTlsConnect<Socket>>::Stream>,
-    ended: CancellationToken,
-    released: Arc<Notify>,
-) {
+async fn run(mut connection: Connection, ended: CancellationToken, released: Arc<Notify>) {
     let messages = async {
         while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(_) = message {
