@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use lock_core::backend::{MySqlStore, PostgresStore};
 use lock_core::{LockError, Locker};
-use lock_tests::{Certificates, MariaDbServer, PostgresServer};
+use lock_tests::{Certificates, MariaDbServer, PostgresServer, TestServer};
 
 /// The error and its causes, one a line, in lower case.
 fn causes(err: &LockError) -> String {
@@ -103,7 +103,7 @@ async fn postgres_checks_the_host_name_only_for_verify_full() {
     let on_localhost = |mode: &str| {
         let url = format!(
             "postgres://postgres@localhost:{}/postgres?sslmode={mode}",
-            lock_tests::TestServer::port(&server)
+            server.port()
         );
         PostgresStore::builder(&url).tls_root_certificate(authority.clone())
     };

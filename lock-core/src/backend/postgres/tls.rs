@@ -180,8 +180,9 @@ impl TlsConnect<Socket> for Handshake {
     type Error = io::Error;
     type Future = Pin<Box<dyn Future<Output = io::Result<TlsStream>> + Send>>;
 
-    /// Fails if the host is not a name or an address (a unix socket's dir): the server
-    /// declines TLS there, so it is only asked for when it offered it.
+    /// The host is read as a name or an address here, not when the handshake is made
+    /// ready: over a unix socket there is no host name, and the server declines TLS there,
+    /// so no handshake starts.
     fn connect(self, socket: Socket) -> Self::Future {
         Box::pin(async move {
             let name = ServerName::try_from(self.host)
