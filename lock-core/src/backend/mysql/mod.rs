@@ -28,7 +28,7 @@
 //! authority given to `MySqlStoreBuilder::tls_root_certificate`, else the authorities
 //! built in (webpki-roots', unless `built_in_roots=false`). TLS is rustls's, with ring,
 //! and needs lock-core's `tls` feature: without it, a url with `require_ssl=true` is
-//! refused with [`LockError::Config`](crate::LockError::Config).
+//! refused with [`LockError::Config`].
 //!
 //! # Names
 //!
