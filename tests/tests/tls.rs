@@ -83,6 +83,9 @@ async fn postgres_locks_over_tls_verifying_the_server() {
         certificates.authority().display()
     );
     locks_through(PostgresStore::builder(&rootcert).build().await.unwrap()).await;
+    // The url alone, through the scheme that picks the store.
+    let locker = Locker::connect(&rootcert).await.unwrap();
+    locker.lock("tls").await.unwrap().release().await.unwrap();
 
     // Without checking the certificate, as libpq's `require` without a root certificate.
     let require = format!("{}?sslmode=require", server.url());
@@ -164,6 +167,9 @@ async fn mysql_locks_over_tls_verifying_the_server() {
         .await
         .unwrap();
     locks_through(store).await;
+    // Without it, the built-in authorities do not know the server's.
+    let err = MySqlStore::builder(&url).build().await.unwrap_err();
+    assert!(causes(&err).contains("invalid peer certificate"), "{err:?}");
 }
 
 #[tokio::test]
