@@ -117,6 +117,7 @@
 //! stderr, each line prefixed with the server's port.
 #![deny(missing_docs)]
 
+mod certificates;
 mod cluster;
 mod curator;
 mod daemon;
@@ -136,6 +137,7 @@ mod zookeeper;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub use certificates::Certificates;
 pub use cluster::RedisCluster;
 pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
 pub use deadline::{DEADLINE_SLACK, calls_end_by_their_deadline_while_the_server_is_silent};

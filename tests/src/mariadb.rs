@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::HarnessError;
+use crate::certificates::Certificates;
 use crate::daemon::{
     Kind, RunAs, ServerProcess, find_binary, free_port, not_installed, on_a_free_port,
 };
@@ -101,6 +102,8 @@ pub struct MariaDbServer {
     server: PathBuf,
     /// The `mariadb` client.
     client: PathBuf,
+    /// The certificates of a server that accepts TLS only.
+    tls: Option<Certificates>,
 }
 
 impl MariaDbServer {
@@ -123,14 +126,41 @@ impl MariaDbServer {
 
     /// [`spawn`](Self::spawn) that returns the error instead of panicking.
     pub fn try_spawn() -> Result<MariaDbServer, HarnessError> {
+        Self::try_spawn_with(false)
+    }
+
+    /// Starts a server that accepts TLS connections only (`require_secure_transport=ON`),
+    /// with a certificate for `127.0.0.1` that an authority of its own signed
+    /// ([`certificates`](Self::certificates), made with `openssl` in its dir).
+    /// [`sql`](Self::sql) reaches it over TLS; a client of [`url`](Self::url) needs
+    /// `require_ssl=true`.
+    ///
+    /// # Panics
+    ///
+    /// As [`spawn`](Self::spawn), and if `openssl` is not installed or fails.
+    #[track_caller]
+    pub fn spawn_tls_only() -> MariaDbServer {
+        match Self::try_spawn_with(true) {
+            Ok(server) => server,
+            Err(e) if e.is_binary_not_found() => panic!("{e}"),
+            Err(e) => panic!("could not start a test MariaDB server: {}", chain(&e)),
+        }
+    }
+
+    fn try_spawn_with(tls_only: bool) -> Result<MariaDbServer, HarnessError> {
         let server = binary(&["mariadbd", "mysqld"])?;
         let install = binary(&["mariadb-install-db", "mysql_install_db"])?;
         let client = binary(&["mariadb", "mysql"])?;
         let db = on_a_free_port(|| {
+            let process = ServerProcess::create(MARIADB, free_port()?)?;
+            let tls = tls_only
+                .then(|| Certificates::make_with(process.dir(), |program| process.command(program)))
+                .transpose()?;
             let mut db = MariaDbServer {
-                process: ServerProcess::create(MARIADB, free_port()?)?,
+                process,
                 server: server.clone(),
                 client: client.clone(),
+                tls,
             };
             db.install(&install)?;
             db.start()?;
@@ -138,6 +168,11 @@ impl MariaDbServer {
         })?;
         db.sql_in(None, &format!("CREATE DATABASE {DATABASE}"), SQL_TIMEOUT)?;
         Ok(db)
+    }
+
+    /// The certificates of a server [that accepts TLS only](Self::spawn_tls_only).
+    pub fn certificates(&self) -> Option<&Certificates> {
+        self.tls.as_ref()
     }
 
     /// The URL of the database `test` as `root`, over TCP, without a password:
@@ -212,7 +247,13 @@ impl MariaDbServer {
         query: &str,
         timeout: Duration,
     ) -> Result<String, HarnessError> {
-        sql(&self.client, self.port(), database, query, timeout)
+        let authority = self.tls.as_ref().map(Certificates::authority);
+        let client = Client {
+            program: &self.client,
+            port: self.port(),
+            authority: authority.as_deref(),
+        };
+        client.sql(database, query, timeout)
     }
 }
 
@@ -243,8 +284,16 @@ impl Daemon for MariaDbServer {
             // Its own, as in `install`.
             .arg(format!("--tmpdir={}", dir.display()))
             .args(SETTINGS);
+        if let Some(tls) = &self.tls {
+            server
+                .arg(format!("--ssl-cert={}", tls.certificate().display()))
+                .arg(format!("--ssl-key={}", tls.key().display()))
+                .arg(format!("--ssl-ca={}", tls.authority().display()))
+                .arg("--require-secure-transport=ON");
+        }
         // Without `--log-error`, the log goes to stderr, which is the log file.
         let program = self.server.to_string_lossy().into_owned();
+        let authority = self.tls.as_ref().map(Certificates::authority);
         let client = &self.client;
         let data_dir = self.data_dir();
         self.process.start(
@@ -257,7 +306,12 @@ impl Daemon for MariaDbServer {
                 }
                 // And a client gets an answer over TCP, from our data dir.
                 let port = process.port();
-                match sql(client, port, None, "SELECT @@datadir", PROBE_TIMEOUT) {
+                let client = Client {
+                    program: client,
+                    port,
+                    authority: authority.as_deref(),
+                };
+                match client.sql(None, "SELECT @@datadir", PROBE_TIMEOUT) {
                     Ok(dir) if same_dir(Path::new(&dir), &data_dir) => Ok(true),
                     Ok(_) => Err(HarnessError::PortInUse { port }),
                     Err(_) => Ok(false),
@@ -273,32 +327,45 @@ impl fmt::Debug for MariaDbServer {
     }
 }
 
-/// Runs `query` with the `mariadb` `client` on `127.0.0.1:port` as root, in `database`.
-fn sql(
-    client: &Path,
+/// The `mariadb` client, on `127.0.0.1:port` as root: over TLS, trusting `authority`, if
+/// given.
+struct Client<'a> {
+    program: &'a Path,
     port: u16,
-    database: Option<&str>,
-    query: &str,
-    timeout: Duration,
-) -> Result<String, HarnessError> {
-    let mut command = Command::new(client);
-    command
-        // First, as the client requires: no option file, so no system socket or user.
-        .arg("--no-defaults")
-        .args(["--protocol=TCP", "--host=127.0.0.1"])
-        .arg(format!("--port={port}"))
-        .arg(format!("--user={USER}"))
-        .args(["--batch", "--skip-column-names", "--raw"])
-        .arg(format!("--connect-timeout={}", timeout.as_secs().max(1)))
-        .arg(format!("--execute={query}"))
-        .args(database);
-    let what = format!("mariadb -e {query:?}");
-    let run = Captured::spawn(&mut command, what, |program, e| {
-        not_installed(program, e, PACKAGE)
-    })?;
-    let (stdout, _warnings) = run.wait_split(Instant::now() + timeout)?;
-    Ok(stdout.strip_suffix('\n').unwrap_or(&stdout).to_owned())
+    authority: Option<&'a Path>,
 }
+
+impl Client<'_> {
+    /// Runs `query` in `database`.
+    fn sql(
+        &self,
+        database: Option<&str>,
+        query: &str,
+        timeout: Duration,
+    ) -> Result<String, HarnessError> {
+        let mut command = Command::new(self.program);
+        command
+            // First, as the client requires: no option file, so no system socket or user.
+            .arg("--no-defaults")
+            .args(["--protocol=TCP", "--host=127.0.0.1"])
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--user={USER}"))
+            .args(["--batch", "--skip-column-names", "--raw"])
+            .arg(format!("--connect-timeout={}", timeout.as_secs().max(1)))
+            .arg(format!("--execute={query}"))
+            .args(database);
+        if let Some(authority) = self.authority {
+            command.arg(format!("--ssl-ca={}", authority.display()));
+        }
+        let what = format!("mariadb -e {query:?}");
+        let run = Captured::spawn(&mut command, what, |program, e| {
+            not_installed(program, e, PACKAGE)
+        })?;
+        let (stdout, _warnings) = run.wait_split(Instant::now() + timeout)?;
+        Ok(stdout.strip_suffix('\n').unwrap_or(&stdout).to_owned())
+    }
+}
+
 /// The first of `names` in `/usr/sbin` or on `PATH`.
 fn binary(names: &[&str]) -> Result<PathBuf, HarnessError> {
     find_binary(names, &[Path::new(SBIN)]).ok_or_else(|| HarnessError::NotInstalled {
@@ -325,6 +392,7 @@ mod tests {
             process: ServerProcess::create(MARIADB, port).unwrap(),
             server: first.server.clone(),
             client: first.client.clone(),
+            tls: None,
         };
         second
             .install(&binary(&["mariadb-install-db"]).unwrap())

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::HarnessError;
+use crate::certificates::Certificates;
 use crate::daemon::{
     Kind, RunAs, ServerProcess, find_binary, free_port, not_installed, on_a_free_port,
 };
@@ -57,6 +58,9 @@ const POSTGRES: Kind = Kind {
     }),
     forks: true,
 };
+/// The client authentication of a server that accepts TLS only: `trust`, over TLS on
+/// `127.0.0.1` or over its unix socket.
+const TLS_ONLY_HBA: &str = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
 /// The first line of `postmaster.pid` that says what the server is doing (`ready` when it
 /// accepts connections), counted from 0.
 const PID_FILE_STATUS_LINE: usize = 7;
@@ -96,6 +100,8 @@ pub struct PostgresServer {
     process: ServerProcess,
     /// The dir of `initdb`, `postgres` and `psql`.
     bin: PathBuf,
+    /// The certificates of a server that accepts TLS only.
+    tls: Option<Certificates>,
 }
 
 impl PostgresServer {
@@ -117,16 +123,48 @@ impl PostgresServer {
 
     /// [`spawn`](Self::spawn) that returns the error instead of panicking.
     pub fn try_spawn() -> Result<PostgresServer, HarnessError> {
+        Self::try_spawn_with(false)
+    }
+
+    /// Starts a server that accepts TLS connections only (`ssl = on`, and `hostssl`
+    /// lines alone in `pg_hba.conf`), with a certificate for `127.0.0.1` that an authority
+    /// of its own signed ([`certificates`](Self::certificates), made with `openssl` in its
+    /// dir). [`url`](Self::url) connects to it over TLS: libpq's default, `sslmode=prefer`,
+    /// uses TLS when the server offers it.
+    ///
+    /// # Panics
+    ///
+    /// As [`spawn`](Self::spawn), and if `openssl` is not installed or fails.
+    #[track_caller]
+    pub fn spawn_tls_only() -> PostgresServer {
+        match Self::try_spawn_with(true) {
+            Ok(server) => server,
+            Err(e) if e.is_binary_not_found() => panic!("{e}"),
+            Err(e) => panic!("could not start a test PostgreSQL server: {}", chain(&e)),
+        }
+    }
+
+    fn try_spawn_with(tls_only: bool) -> Result<PostgresServer, HarnessError> {
         let bin = bin_dir()?;
         on_a_free_port(|| {
+            let process = ServerProcess::create(POSTGRES, free_port()?)?;
+            let tls = tls_only
+                .then(|| Certificates::make_with(process.dir(), |program| process.command(program)))
+                .transpose()?;
             let mut server = PostgresServer {
-                process: ServerProcess::create(POSTGRES, free_port()?)?,
+                process,
                 bin: bin.clone(),
+                tls,
             };
             server.init()?;
             server.start()?;
             Ok(server)
         })
+    }
+
+    /// The certificates of a server [that accepts TLS only](Self::spawn_tls_only).
+    pub fn certificates(&self) -> Option<&Certificates> {
+        self.tls.as_ref()
     }
 
     /// The URL of the `postgres` database as the superuser, over TCP, without a password
@@ -180,7 +218,8 @@ impl PostgresServer {
         self.process.dir().join(DATA_DIR)
     }
 
-    /// Makes the cluster in `data/`.
+    /// Makes the cluster in `data/`; for a server that accepts TLS only, with a
+    /// `pg_hba.conf` that says so.
     fn init(&self) -> Result<(), HarnessError> {
         let mut initdb = self.process.command(&self.bin.join("initdb"));
         initdb.arg("--pgdata").arg(self.data_dir()).args([
@@ -191,7 +230,13 @@ impl PostgresServer {
             "--encoding=UTF8",
             "--locale=C",
         ]);
-        self.process.setup(initdb, INIT_TIMEOUT, PACKAGE)
+        self.process.setup(initdb, INIT_TIMEOUT, PACKAGE)?;
+        if self.tls.is_none() {
+            return Ok(());
+        }
+        let hba = self.data_dir().join("pg_hba.conf");
+        fs::write(&hba, TLS_ONLY_HBA)
+            .map_err(|e| HarnessError::io(format!("write {}", hba.display()), e))
     }
 }
 
@@ -219,6 +264,15 @@ impl Daemon for PostgresServer {
             .arg(self.process.dir());
         for setting in SETTINGS {
             postgres.args(["-c", setting]);
+        }
+        if let Some(tls) = &self.tls {
+            postgres.args(["-c", "ssl=on"]);
+            postgres
+                .arg("-c")
+                .arg(format!("ssl_cert_file={}", tls.certificate().display()));
+            postgres
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", tls.key().display()));
         }
         let bin = &self.bin;
         let data_dir = self.data_dir();
@@ -324,6 +378,7 @@ mod tests {
         let mut second = PostgresServer {
             process: ServerProcess::create(POSTGRES, port).unwrap(),
             bin: first.bin.clone(),
+            tls: None,
         };
         second.init().unwrap();
         let err = second.start().unwrap_err();

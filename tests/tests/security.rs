@@ -4,13 +4,12 @@
 //! speaks TLS is reached over `rediss://`, trusting the authority that signed it.
 
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::Path;
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::backend::{RedLockStore, RedisStore};
 use lock_core::{LockError, Locker};
-use lock_tests::{RedisServer, TestServer, ValueExt, lock_holder};
+use lock_tests::{Certificates, RedisServer, TestServer, ValueExt, lock_holder};
 
 #[path = "common/wake.rs"]
 mod wake;
@@ -143,40 +142,18 @@ async fn an_acl_user_is_reached_with_its_name_and_password() {
     locks_and_wake_ups_work(&locker, &other).await;
 }
 
-/// Makes, in `dir`, a certificate authority (`ca.crt`) and a certificate for 127.0.0.1 that
-/// it signed (`server.crt`, `server.key`), with openssl.
-fn make_certificates(dir: &Path) {
-    let openssl = |args: &str| {
-        let out = Command::new("openssl")
-            .args(args.split_whitespace())
-            .current_dir(dir)
-            .output()
-            .expect("run openssl (apt-get install openssl)");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "openssl {args}: {err}");
-    };
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=lock-tests-authority -keyout ca.key -out ca.crt",
-    );
-    openssl("req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr");
-    openssl(
-        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext -out server.crt",
-    );
-}
-
-/// A server that also speaks TLS on `tls_port`, with the certificate in `dir`.
-fn tls_server(dir: &Path, tls_port: u16) -> RedisServer {
-    let file = |name: &str| dir.join(name).display().to_string();
+/// A server that also speaks TLS on `tls_port`, with `certificates`.
+fn tls_server(certificates: &Certificates, tls_port: u16) -> RedisServer {
+    let file = |path: PathBuf| path.display().to_string();
     RedisServer::spawn_with(&[
         "--tls-port",
         &tls_port.to_string(),
         "--tls-cert-file",
-        &file("server.crt"),
+        &file(certificates.certificate()),
         "--tls-key-file",
-        &file("server.key"),
+        &file(certificates.key()),
         "--tls-ca-cert-file",
-        &file("ca.crt"),
+        &file(certificates.authority()),
         "--tls-auth-clients",
         "no",
     ])
@@ -190,17 +167,17 @@ fn free_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_server_is_reached_over_rediss_trusting_its_authority() {
-    let certificates = std::env::temp_dir().join(format!(
+    let dir = std::env::temp_dir().join(format!(
         "lock-tests-tls-{}-{}",
         std::process::id(),
         free_port()
     ));
-    std::fs::create_dir_all(&certificates).unwrap();
-    make_certificates(&certificates);
+    std::fs::create_dir_all(&dir).unwrap();
+    let certificates = Certificates::make(&dir);
     let tls_port = free_port();
     let server = tls_server(&certificates, tls_port);
     let url = format!("rediss://127.0.0.1:{tls_port}");
-    let authority = std::fs::read(certificates.join("ca.crt")).unwrap();
+    let authority = certificates.authority_pem();
     let connect = || {
         Locker::builder()
             .url(&url)
@@ -233,7 +210,7 @@ async fn a_tls_server_is_reached_over_rediss_trusting_its_authority() {
     let cause = cause.unwrap_or_default().to_lowercase();
     assert!(cause.contains("certificate"), "{err}: {cause}");
     drop(server);
-    std::fs::remove_dir_all(&certificates).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// An owner's token, as the lock key holds it, is a random (version 4) UUID, 122 random

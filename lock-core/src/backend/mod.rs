@@ -192,6 +192,8 @@ mod scheme;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql;
 pub(crate) mod store;
+#[cfg(all(feature = "tls", any(feature = "postgres", feature = "mysql")))]
+pub(crate) mod tls;
 pub(crate) mod wait;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::Opts;
+#[cfg(feature = "tls")]
+use mysql_async::OptsBuilder;
 
 use super::MySqlStore;
 use super::name::NameMapping;
@@ -74,6 +76,8 @@ pub struct MySqlStoreBuilder {
     fence_table: String,
     name_mapping: NameMapping,
     session_lease: Duration,
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl MySqlStoreBuilder {
@@ -84,6 +88,8 @@ impl MySqlStoreBuilder {
             fence_table: DEFAULT_FENCE_TABLE.to_owned(),
             name_mapping: NameMapping::default(),
             session_lease: DEFAULT_SESSION_LEASE,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
         }
     }
 
@@ -123,6 +129,32 @@ impl MySqlStoreBuilder {
         self
     }
 
+    /// Trusts the certificate authority `pem` (one or more PEM certificates) for the
+    /// server's certificate, in place of the authorities built in (webpki-roots'): for a
+    /// server whose certificate a private authority signed. The url asks for TLS
+    /// (`require_ssl=true`) and says how far the certificate is checked (see the
+    /// [module docs](crate::backend::mysql#tls)); an authority for a url that does not
+    /// ask for TLS is refused.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_core::backend::MySqlStore;
+    ///
+    /// let store = MySqlStore::builder("mysql://app@db.internal/app?require_ssl=true")
+    ///     .tls_root_certificate(std::fs::read("/etc/mysql/ca.crt")?)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Checks the settings, then connects and creates the fence table if it is missing,
     /// so that a wrong address or password fails here, with the cause.
     pub async fn build(self) -> Result<MySqlStore, LockError> {
@@ -159,20 +191,55 @@ impl MySqlStoreBuilder {
             )));
         }
         check_table("mysql", &self.fence_table, "database.name")?;
-        Ok(opts)
+        self.trusting(opts)
+    }
+
+    /// `opts`, trusting the authority given to
+    /// [`tls_root_certificate`](Self::tls_root_certificate) if any.
+    #[cfg(feature = "tls")]
+    fn trusting(&self, opts: Opts) -> Result<Opts, LockError> {
+        let Some(pem) = &self.tls_root_certificate else {
+            return Ok(opts);
+        };
+        let Some(ssl) = opts.ssl_opts() else {
+            return Err(LockError::Config(
+                "mysql tls_root_certificate is given, but the url does not ask for TLS \
+                 (require_ssl=true)"
+                    .into(),
+            ));
+        };
+        crate::backend::tls::certificates(pem, "the mysql tls root certificate")?;
+        let ssl = ssl
+            .clone()
+            .with_root_certs(vec![pem.clone().into()])
+            .with_disable_built_in_roots(true);
+        Ok(OptsBuilder::from_opts(opts).ssl_opts(ssl).into())
+    }
+
+    /// `opts`; `Config` if the url asks for TLS, which needs the `tls` feature.
+    #[cfg(not(feature = "tls"))]
+    fn trusting(&self, opts: Opts) -> Result<Opts, LockError> {
+        match opts.ssl_opts() {
+            Some(_) => Err(LockError::Config(
+                "mysql require_ssl=true needs TLS, which needs lock-core's `tls` feature".into(),
+            )),
+            None => Ok(opts),
+        }
     }
 }
 
 /// Never shows the password.
 impl fmt::Debug for MySqlStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlStoreBuilder")
-            .field("url", &crate::backend::redact::redact(&self.url))
+        let mut d = f.debug_struct("MySqlStoreBuilder");
+        d.field("url", &crate::backend::redact::redact(&self.url))
             .field("max_connections", &self.max_connections)
             .field("fence_table", &self.fence_table)
             .field("name_mapping", &self.name_mapping)
-            .field("session_lease", &self.session_lease)
-            .finish()
+            .field("session_lease", &self.session_lease);
+        #[cfg(feature = "tls")]
+        d.field("tls_root_certificate", &self.tls_root_certificate.is_some());
+        d.finish()
     }
 }
 
@@ -244,6 +311,26 @@ mod tests {
         ] {
             assert!(bad.check().unwrap_err().is_config(), "{bad:?}");
         }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_root_certificate_needs_a_url_asking_for_tls_and_a_pem_certificate() {
+        let plain = MySqlStoreBuilder::new("mysql://root@127.0.0.1:1/db");
+        let err = plain.tls_root_certificate("x").check().unwrap_err();
+        assert!(err.to_string().contains("require_ssl=true"), "{err}");
+        let tls = MySqlStoreBuilder::new("mysql://root@127.0.0.1:1/db?require_ssl=true");
+        let err = tls.clone().tls_root_certificate("x").check().unwrap_err();
+        assert!(err.to_string().contains("PEM"), "{err}");
+        assert!(tls.check().unwrap().ssl_opts().is_some());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_url_asking_for_tls_needs_the_tls_feature() {
+        let tls = MySqlStoreBuilder::new("mysql://root@127.0.0.1:1/db?require_ssl=true");
+        let err = tls.check().unwrap_err();
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
     }
 
     #[test]

@@ -19,6 +19,17 @@
 //! Every statement the store sends is in `sql.rs`, each with its parameters and what it
 //! returns.
 //!
+//! # TLS
+//!
+//! The url says whether the connections use TLS and how far the server's certificate is
+//! checked, as mysql_async reads it: `require_ssl=true` asks for TLS, checking the
+//! certificate's chain and that it is for the url's host; `verify_ca=false` checks
+//! neither, `verify_identity=false` not the host. The chain is checked against the
+//! authority given to `MySqlStoreBuilder::tls_root_certificate`, else the authorities
+//! built in (webpki-roots', unless `built_in_roots=false`). TLS is rustls's, with ring,
+//! and needs lock-core's `tls` feature: without it, a url with `require_ssl=true` is
+//! refused with [`LockError::Config`].
+//!
 //! # Names
 //!
 //! The lock `K` is the user lock that [`NameMapping::DistributedLock`] names for `K` (see

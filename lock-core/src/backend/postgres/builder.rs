@@ -10,6 +10,7 @@ use tokio_postgres::Config;
 use super::PostgresStore;
 use super::key::KeyMapping;
 use super::session::Connect;
+use super::ssl::{Ssl, Tls};
 use crate::backend::sql::check_table;
 use crate::backend::{IntoStore, Store, StoreFuture};
 use crate::locker::builder::ChosenBy;
@@ -73,6 +74,8 @@ pub struct PostgresStoreBuilder {
     fence_table: String,
     key_mapping: KeyMapping,
     session_lease: Duration,
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl PostgresStoreBuilder {
@@ -83,6 +86,8 @@ impl PostgresStoreBuilder {
             fence_table: DEFAULT_FENCE_TABLE.to_owned(),
             key_mapping: KeyMapping::default(),
             session_lease: DEFAULT_SESSION_LEASE,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
         }
     }
 
@@ -121,12 +126,40 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// Trusts the certificate authority `pem` (one or more PEM certificates) for the
+    /// server's certificate, in place of the url's `sslrootcert` and of the system's
+    /// authorities: for a server whose certificate a private authority signed. The url's
+    /// `sslmode` says how far the certificate is checked (see the
+    /// [module docs](crate::backend::postgres#tls)); `prefer` and `require` check its chain
+    /// against this authority, as libpq's do once a root certificate is given.
+    /// `sslmode=disable` with an authority is refused.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_core::backend::PostgresStore;
+    ///
+    /// let store = PostgresStore::builder("postgres://app@db.internal/app?sslmode=verify-full")
+    ///     .tls_root_certificate(std::fs::read("/etc/postgresql/ca.crt")?)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Checks the settings, then connects and creates the fence table if it is missing,
     /// so that a wrong address or password fails here, with the cause.
     pub async fn build(self) -> Result<PostgresStore, LockError> {
-        let config = self.check()?;
+        let (config, tls) = self.check()?;
         let connect = Connect {
             config,
+            tls,
             lease: self.session_lease,
             released: Arc::default(),
         };
@@ -139,9 +172,11 @@ impl PostgresStoreBuilder {
         .await
     }
 
-    fn check(&self) -> Result<Config, LockError> {
-        let config = Config::from_str(&self.url)
+    fn check(&self) -> Result<(Config, Tls), LockError> {
+        let (url, ssl) = Ssl::take(&self.url)?;
+        let mut config = Config::from_str(&url)
             .map_err(|e| LockError::Config(format!("postgres url is not valid: {e}")))?;
+        config.ssl_mode(ssl.mode.negotiated());
         if self.max_connections == 0 {
             return Err(LockError::Config(
                 "postgres max_connections must be at least 1".into(),
@@ -156,20 +191,46 @@ impl PostgresStoreBuilder {
             )));
         }
         check_table("postgres", &self.fence_table, "schema.name")?;
-        Ok(config)
+        let tls = self.trusting(ssl)?.connector()?;
+        Ok((config, tls))
+    }
+
+    /// `ssl`, trusting the authority given to
+    /// [`tls_root_certificate`](Self::tls_root_certificate) if any.
+    #[cfg(feature = "tls")]
+    fn trusting(&self, mut ssl: Ssl) -> Result<Ssl, LockError> {
+        use super::ssl::{Root, SslMode};
+        let Some(pem) = &self.tls_root_certificate else {
+            return Ok(ssl);
+        };
+        if ssl.mode == SslMode::Disable {
+            return Err(LockError::Config(
+                "postgres tls_root_certificate is given, but the url says sslmode=disable".into(),
+            ));
+        }
+        ssl.root = Some(Root::Pem(pem.clone()));
+        Ok(ssl)
+    }
+
+    /// `ssl`: without the `tls` feature, no authority can be given.
+    #[cfg(not(feature = "tls"))]
+    fn trusting(&self, ssl: Ssl) -> Result<Ssl, LockError> {
+        Ok(ssl)
     }
 }
 
 /// Never shows the password.
 impl fmt::Debug for PostgresStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresStoreBuilder")
-            .field("url", &crate::backend::redact::redact(&self.url))
+        let mut d = f.debug_struct("PostgresStoreBuilder");
+        d.field("url", &crate::backend::redact::redact(&self.url))
             .field("max_connections", &self.max_connections)
             .field("fence_table", &self.fence_table)
             .field("key_mapping", &self.key_mapping)
-            .field("session_lease", &self.session_lease)
-            .finish()
+            .field("session_lease", &self.session_lease);
+        #[cfg(feature = "tls")]
+        d.field("tls_root_certificate", &self.tls_root_certificate.is_some());
+        d.finish()
     }
 }
 
@@ -227,6 +288,42 @@ impl Locker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_settings_that_cannot_work_are_refused() {
+        let builder = |url: &str| PostgresStoreBuilder::new(url);
+        let refused = [
+            (
+                builder("postgres://h/db?sslmode=disable").tls_root_certificate("x"),
+                "sslmode=disable",
+            ),
+            (builder("postgres://h/db").tls_root_certificate("x"), "PEM"),
+            (
+                builder("postgres://h/db?sslmode=verify-ca&sslrootcert=/lock-core/none.pem"),
+                "cannot be read",
+            ),
+        ];
+        for (bad, says) in refused {
+            let err = bad.check().unwrap_err();
+            assert!(err.is_config() && err.to_string().contains(says), "{err}");
+        }
+        assert!(builder("postgres://h/db?sslmode=require").check().is_ok());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_mode_that_needs_tls_needs_the_tls_feature() {
+        for url in [
+            "postgres://h/db?sslmode=require",
+            "host=h sslmode=verify-full",
+            "postgres://h/db?sslrootcert=/ca.pem",
+        ] {
+            let err = PostgresStoreBuilder::new(url).check().unwrap_err();
+            assert!(err.to_string().contains("`tls` feature"), "{url}: {err}");
+        }
+        assert!(PostgresStoreBuilder::new("postgres://h/db").check().is_ok());
+    }
 
     #[test]
     fn the_password_is_never_shown() {

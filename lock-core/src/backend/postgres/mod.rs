@@ -144,6 +144,29 @@
 //!
 //! Every statement the store sends is in `sql.rs`, with its parameters and what it
 //! answers.
+//!
+//! # TLS
+//!
+//! The url's `sslmode` says whether the connections use TLS and how far the server's
+//! certificate is checked, as libpq reads it (in either form: `?sslmode=verify-full`, or
+//! `sslmode=verify-full` among `key=value` pairs):
+//!
+//! | `sslmode` | connection | the server's certificate |
+//! |---|---|---|
+//! | `disable` | plain | |
+//! | `prefer` (the default) | TLS if the server offers it, else plain | as `require` |
+//! | `require` | TLS | its chain, only if a root certificate is given |
+//! | `verify-ca` | TLS | its chain |
+//! | `verify-full` | TLS | its chain, and that it is for the url's host |
+//!
+//! The chain is checked against the authority given to
+//! `PostgresStoreBuilder::tls_root_certificate`, else the url's `sslrootcert=<file>` (PEM
+//! certificates), else the system's authorities (for `verify-ca` and `verify-full`, or
+//! with `sslrootcert=system`). TLS is rustls's, with ring, and needs lock-core's `tls`
+//! feature: without it, a url that asks for TLS (`require`, `verify-ca`, `verify-full`,
+//! `sslrootcert`) is refused with [`LockError::Config`], and `prefer` connects plainly.
+//! Channel binding is not offered (SCRAM authenticates without it, as
+//! `channel_binding=prefer` allows); client certificates are not supported.
 
 mod builder;
 mod key;
@@ -151,7 +174,10 @@ mod operator;
 mod semaphore;
 mod session;
 mod sql;
+mod ssl;
 mod take;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::fmt;
 use std::sync::Arc;

@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Config, Socket, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::key::AdvisoryKey;
 use super::sql;
+use super::ssl::Tls;
 use crate::LockError;
 use crate::backend::sql::sessions::{self, Connector, SessionState};
 
@@ -20,6 +22,8 @@ use crate::backend::sql::sessions::{self, Connector, SessionState};
 #[derive(Debug, Clone)]
 pub(crate) struct Connect {
     pub(super) config: Config,
+    /// Opens TLS as the url's `sslmode` says.
+    pub(super) tls: Tls,
     /// The server ends a session idle for this long.
     pub(super) lease: Duration,
     /// Woken when a permit is announced given back, by any store (every session listens).
@@ -69,10 +73,23 @@ impl Session {
     }
 }
 
+/// A connection to the server, as tokio-postgres drives it.
+type Connection = tokio_postgres::Connection<Socket, <Tls as MakeTlsConnect<Socket>>::Stream>;
+
 impl Connect {
+    /// Connects, opening TLS as the url's settings say.
+    async fn connect(&self) -> Result<(Client, Connection), LockError> {
+        #[cfg_attr(
+            not(feature = "tls"),
+            expect(clippy::clone_on_copy, reason = "only NoTls is Copy")
+        )]
+        let tls = self.tls.clone();
+        self.config.connect(tls).await.map_err(cannot_connect)
+    }
+
     /// A connection of its own, for an operator's statement.
     pub(super) async fn once(&self) -> Result<Client, LockError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(cannot_connect)?;
+        let (client, connection) = self.connect().await?;
         tokio::spawn(connection);
         Ok(client)
     }
@@ -87,7 +104,7 @@ impl Connector for Connect {
 
     /// Opens a session, leased and listening for permits given back.
     async fn open(&self, state: SessionState<AdvisoryKey>) -> Result<Arc<Session>, LockError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(cannot_connect)?;
+        let (client, connection) = self.connect().await?;
         tokio::spawn(run(connection, state.ended(), self.released.clone()));
         let lease = self.lease.as_millis();
         client
@@ -110,14 +127,7 @@ impl Connector for Connect {
 
 /// Drives the connection until it drops or the session is ended, then says it ended;
 /// wakes `released` on each notification.
-async fn run(
-    mut connection: tokio_postgres::Connection<
-        tokio_postgres::Socket,
-        tokio_postgres::tls::NoTlsStream,
-    >,
-    ended: CancellationToken,
-    released: Arc<Notify>,
-) {
+async fn run(mut connection: Connection, ended: CancellationToken, released: Arc<Notify>) {
     let messages = async {
         while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(_) = message {

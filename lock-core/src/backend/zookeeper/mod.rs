@@ -126,6 +126,17 @@
 //!   election, and a lock passed back and forth between two stores was granted again
 //!   0.6 s after its last grant before the kill. An election longer than the timeout
 //!   loses every hold, as above.
+//!
+//! # TLS
+//!
+//! Not supported: the store connects to the ensemble's plain client port only, whatever
+//! lock-core's `tls` feature says. zookeeper-client has TLS (its own `tls` feature,
+//! `tcp+tls://` endpoints), but it builds rustls with its default crypto provider,
+//! aws-lc-rs, beside the ring that lock-core's other stores use, and asks rustls for the
+//! process's default provider: with two compiled in there is none, so its connections
+//! (and mysql_async's, which ask the same way) would panic unless lock-core installed a
+//! provider for the whole process, which is the application's choice to make. Reach a
+//! secure client port through a TLS tunnel (stunnel, a service mesh's sidecar) meanwhile.
 
 mod builder;
 mod heartbeat;
