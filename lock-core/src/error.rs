@@ -206,6 +206,7 @@ impl LockError {
 
     /// The `store`'s call about the lock `key` failed while `doing`, such as `"take it"`:
     /// a [`Backend`](Self::Backend) error that names `key`.
+    #[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper", test))]
     pub(crate) fn failed(
         store: &str,
         key: &LockKey,
