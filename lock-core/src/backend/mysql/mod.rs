@@ -28,7 +28,10 @@
 //! authority given to `MySqlStoreBuilder::tls_root_certificate`, else the authorities
 //! built in (webpki-roots', unless `built_in_roots=false`). TLS is rustls's, with ring,
 //! and needs lock-core's `tls` feature: without it, a url with `require_ssl=true` is
-//! refused with [`LockError::Config`].
+//! refused with [`LockError::Config`]. mysql_async asks rustls for the process's default
+//! crypto provider: should another crate of the application build rustls with a second
+//! provider (aws-lc-rs, rustls's default), there is none until the application installs
+//! one at start, such as `rustls::crypto::ring::default_provider().install_default()`.
 //!
 //! # Names
 //!
