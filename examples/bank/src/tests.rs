@@ -526,6 +526,47 @@ async fn the_store_refuses_stale_fencing_tokens_on_postgres() {
     assert!(err.to_string().contains("bigint"), "{err}");
 }
 
+/// Replicas that record their lock store at once on fresh balances all learn the one
+/// recorded first: one records it in a transaction left open until the others wait on
+/// its row; it commits, and each of them answers its store, not an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_recording_their_lock_store_at_once_all_learn_the_first() {
+    const OTHERS: usize = 4;
+    let postgres = PostgresServer::spawn();
+    let url = postgres.url();
+    Store::postgres(&url, lock_core::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    let (mut first, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let recording = first.transaction().await.unwrap();
+    let insert = "INSERT INTO bank_fenced_by (lock_store) VALUES ('the first')";
+    recording.batch_execute(insert).await.unwrap();
+    let others: Vec<_> = (0..OTHERS)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let store = Store::postgres(&url, lock_core::DEFAULT_LEASE).await?;
+                store.fenced_by("another").await
+            })
+        })
+        .collect();
+    eventually(DEADLINE, "the others to wait for the first", || async {
+        let waiting = postgres.psql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE 'WITH recorded%'",
+        );
+        waiting.unwrap() == OTHERS.to_string()
+    })
+    .await;
+    recording.commit().await.unwrap();
+    for other in others {
+        assert_eq!(other.await.unwrap().unwrap(), "the first");
+    }
+}
+
 /// The table of the balances, as a fresh database gets it from replicas that start at
 /// once: each creates it unless it exists, and none fails for another's doing so. Here
 /// the first creates it in a transaction left open until the others wait for their turn;
