@@ -101,6 +101,11 @@
 //! process, is found within 250 ms. A foreign client sees the permits as user locks; one
 //! that takes a free slot below the count is counted.
 //!
+//! The other way round there is no such promise: a waiter for `L` waits inside the
+//! server, which hands `L` to it the moment `L` is given back, while a permit's waiter
+//! only finds `L` free between two holds. Beside a steady stream of holds of `L`, from
+//! several waiters at once, a permit can wait out its whole wait.
+//!
 //! # Fencing tokens
 //!
 //! The statement that takes a lock also draws its token from the fence table
