@@ -246,15 +246,9 @@ async fn overdrafts_are_409_and_change_nothing() {
     assert_eq!(balance(&http, "bob").await, 20);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_held_account_is_423_with_retry_after() {
-    let (http, bank) = serve(Config {
-        wait: Duration::from_millis(100),
-        ..config(Backend::Memory)
-    })
-    .await;
-    let transfer = r#"{"from": "bob", "to": "alice", "amount": 1}"#;
-    let requests = [
+/// The requests that need alice's lock: a read, a deposit, and the transfer `transfer`.
+fn on_alice(transfer: &str) -> [(Method, &str, Option<&str>); 3] {
+    [
         (Method::GET, "/accounts/alice", None),
         (
             Method::POST,
@@ -262,7 +256,17 @@ async fn a_held_account_is_423_with_retry_after() {
             Some(r#"{"amount": 1}"#),
         ),
         (Method::POST, "/transfers", Some(transfer)),
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_account_is_423_with_retry_after() {
+    let (http, bank) = serve(Config {
+        wait: Duration::from_millis(100),
+        ..config(Backend::Memory)
+    })
+    .await;
+    let requests = on_alice(r#"{"from": "bob", "to": "alice", "amount": 1}"#);
     let key = lock_key(&AccountId::parse("alice").unwrap());
     for held in [LockKind::Read, LockKind::Write] {
         let opts = LockOptions::new().kind(held);
@@ -526,6 +530,19 @@ async fn the_store_refuses_stale_fencing_tokens_on_postgres() {
     assert!(err.to_string().contains("bigint"), "{err}");
 }
 
+/// Returns once `sessions` sessions of `postgres` wait for a lock in a statement that
+/// starts with `statement`.
+async fn until_waiting_on_a_lock(postgres: &PostgresServer, statement: &str, sessions: usize) {
+    let count = format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE wait_event_type = 'Lock' AND query LIKE '{statement}%'"
+    );
+    eventually(DEADLINE, "the others to wait for the first", || async {
+        postgres.psql(&count).unwrap() == sessions.to_string()
+    })
+    .await;
+}
+
 /// Replicas that record their lock store at once on fresh balances all learn the one
 /// recorded first: one records it in a transaction left open until the others wait on
 /// its row; it commits, and each of them answers its store, not an error.
@@ -553,14 +570,7 @@ async fn replicas_recording_their_lock_store_at_once_all_learn_the_first() {
             })
         })
         .collect();
-    eventually(DEADLINE, "the others to wait for the first", || async {
-        let waiting = postgres.psql(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND query LIKE 'WITH recorded%'",
-        );
-        waiting.unwrap() == OTHERS.to_string()
-    })
-    .await;
+    until_waiting_on_a_lock(&postgres, "WITH recorded", OTHERS).await;
     recording.commit().await.unwrap();
     for other in others {
         assert_eq!(other.await.unwrap().unwrap(), "the first");
@@ -588,14 +598,7 @@ async fn replicas_starting_at_once_create_the_table_on_a_fresh_postgres() {
             tokio::spawn(async move { Store::postgres(&url, lock_core::DEFAULT_LEASE).await })
         })
         .collect();
-    eventually(DEADLINE, "the others to wait for the first", || async {
-        let waiting = postgres.psql(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT pg_advisory_xact_lock%'",
-        );
-        waiting.unwrap() == OTHERS.to_string()
-    })
-    .await;
+    until_waiting_on_a_lock(&postgres, "SELECT pg_advisory_xact_lock", OTHERS).await;
     creating.commit().await.unwrap();
     let mut stores = Vec::new();
     for store in others {
@@ -1002,15 +1005,7 @@ async fn the_locks_live_at_the_lock_url(lock_url: String, backend: Backend) {
     let key = lock_key(&AccountId::parse("alice").unwrap());
     let held = elsewhere.write(&key).await.unwrap();
     let transfer = r#"{"from": "alice", "to": "bob", "amount": 2}"#;
-    let requests = [
-        (Method::GET, "/accounts/alice", None),
-        (
-            Method::POST,
-            "/accounts/alice/deposit",
-            Some(r#"{"amount": 1}"#),
-        ),
-        (Method::POST, "/transfers", Some(transfer)),
-    ];
+    let requests = on_alice(transfer);
     for (method, path, body) in &requests {
         let (status, reply) = call(&http, method.clone(), path, *body).await;
         let what = format!("{method} {path} held at {lock_url}");
