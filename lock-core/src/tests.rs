@@ -655,3 +655,103 @@ async fn a_failed_store_call_about_a_key_names_it() {
     assert_eq!(err.key(), Some("up"));
     assert_eq!(guard.release().await.unwrap_err().key(), Some("up"));
 }
+
+/// A memory store whose first grant answers only once `late` has passed, as when the
+/// process that asked was paused mid-call.
+#[derive(Debug)]
+struct LateStore {
+    memory: Arc<MemoryStore>,
+    late: Duration,
+    answered: AtomicBool,
+    acquires: AtomicU64,
+}
+
+impl LateStore {
+    fn new(memory: Arc<MemoryStore>, late: Duration) -> Self {
+        Self {
+            memory,
+            late,
+            answered: AtomicBool::new(false),
+            acquires: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Store for LateStore {
+    fn name(&self) -> &str {
+        "late"
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        self.memory.supports(kind)
+    }
+
+    fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
+        Box::pin(async move {
+            self.acquires.fetch_add(1, Ordering::SeqCst);
+            let outcome = self.memory.acquire(request).await?;
+            if !self.answered.swap(true, Ordering::SeqCst) {
+                tokio::time::sleep(self.late).await;
+            }
+            Ok(outcome)
+        })
+    }
+
+    fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        self.memory.release(hold)
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal<'a>]) -> StoreFuture<'a, Vec<Option<Instant>>> {
+        self.memory.renew(leases)
+    }
+
+    fn is_held<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
+        self.memory.is_held(hold)
+    }
+}
+
+/// A grant that arrives after its lease ran out is no guard: the lock may be another's
+/// by then. The call asks again while its wait lasts, and waits for whoever took it.
+#[tokio::test(start_paused = true)]
+async fn a_grant_answered_after_its_lease_is_asked_again() {
+    let memory = Arc::new(MemoryStore::new());
+    let late = Arc::new(LateStore::new(memory.clone(), 2 * SEC));
+    let paused = Locker::builder().store(late.clone()).build().await.unwrap();
+    let other = Locker::builder().store(memory).build().await.unwrap();
+
+    let call = tokio::spawn(async move {
+        let options = LockOptions::new().lease(SEC).wait(10 * SEC);
+        let guard = paused.lock_with("job", options).await?;
+        Ok::<_, LockError>((
+            guard.is_lost(),
+            guard.is_held().await?,
+            guard.fencing_token(),
+        ))
+    });
+    tokio::time::sleep(SEC + SEC / 2).await;
+    let taker = other.lock("job").await.unwrap();
+    tokio::time::sleep(SEC).await;
+    assert!(
+        !call.is_finished(),
+        "a guard was handed out while another holds the lock"
+    );
+    let taken = taker.fencing_token();
+    taker.release().await.unwrap();
+
+    let (lost, held, fence) = call.await.unwrap().unwrap();
+    assert!(!lost && held, "the guard handed out was lost already");
+    assert!(fence > taken);
+    assert_eq!(late.acquires.load(Ordering::SeqCst), 2);
+}
+
+/// With no wait left, a grant answered after its lease is a timeout.
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_with_no_wait_left_is_a_timeout() {
+    let late = Arc::new(LateStore::new(Arc::new(MemoryStore::new()), 2 * SEC));
+    let locker = Locker::builder().store(late.clone()).build().await.unwrap();
+    let tried = locker
+        .try_lock_with("job", LockOptions::new().lease(SEC))
+        .await;
+    assert!(matches!(tried, Ok(None)), "{tried:?}");
+    assert_eq!(late.acquires.load(Ordering::SeqCst), 1);
+}

@@ -180,6 +180,11 @@ impl Acquired {
         }
     }
 
+    /// Whether it came with a lease that has run out already.
+    pub(crate) fn ran_out(&self) -> bool {
+        matches!(self.expiry, Expiry::Lease(until) if until <= Instant::now())
+    }
+
     /// A lock held as long as a session; `lost` resolves if the session ends (expired,
     /// connection dropped) while the hold lasts.
     pub fn session(fence: u64, lost: impl Future<Output = ()> + Send + 'static) -> Self {

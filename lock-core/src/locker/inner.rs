@@ -6,12 +6,12 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::backend::Store;
+use crate::backend::{Store, store};
 use crate::hold::Hold;
 use crate::options::Defaults;
 use crate::reentrancy::{HoldEnd, Holds};
-use crate::telemetry;
 use crate::watchdog::Watchdog;
+use crate::{LockKey, LockKind, telemetry};
 
 /// One `Locker`: its store, its settings, and the holds it keeps.
 #[derive(Debug)]
@@ -56,14 +56,31 @@ impl Inner {
 
     /// Releases `hold` in the background (its guard was dropped).
     pub(crate) fn release_detached(&self, hold: Arc<Hold>) {
+        self.release_in_background(hold.key.clone(), hold.token.clone(), hold.kind, hold.fence);
+    }
+
+    /// Releases, in the background, the hold of `key` by the owner `token`.
+    pub(crate) fn release_in_background(
+        &self,
+        key: LockKey,
+        token: Arc<str>,
+        kind: LockKind,
+        fence: u64,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %hold.key, "no tokio runtime to release the lock in; its hold will expire");
+            tracing::warn!(key = %key, "no tokio runtime to release the lock in; its hold will expire");
             return;
         };
         let store = self.store.clone();
-        let span = tracing::debug_span!("lock_release", key = %hold.key, fence = hold.fence);
+        let span = tracing::debug_span!("lock_release", key = %key, fence);
         let release = async move {
-            if let Err(e) = store.release(&hold.for_store()).await {
+            let hold = store::Hold {
+                key: &key,
+                token: &token,
+                kind,
+                fence,
+            };
+            if let Err(e) = store.release(&hold).await {
                 tracing::warn!(error = %e, "background release failed; the hold will expire");
             }
         };

@@ -213,24 +213,39 @@ impl Locker {
             }
             request.since = Instant::now();
             request.deadline = request.since + wait;
-            match store
-                .acquire(&request)
-                .await
-                .map_err(|e| e.about(&request.key))?
-            {
-                Outcome::Acquired(acquired) => Ok(self.hold(request, watchdog, label, acquired)),
-                Outcome::Held { holder_ttl } => {
-                    let waited = request.since.elapsed();
-                    if !wait.is_zero() {
-                        telemetry::timed_out(&request.key, request.kind, label, waited);
+            let holder_ttl = loop {
+                let outcome = store.acquire(&request).await;
+                match outcome.map_err(|e| e.about(&request.key))? {
+                    Outcome::Acquired(acquired) if !acquired.ran_out() => {
+                        return Ok(self.hold(request, watchdog, label, acquired));
                     }
-                    Err(LockError::Timeout {
-                        key: request.key.to_string(),
-                        waited,
-                        holder_ttl,
-                    })
+                    Outcome::Acquired(late) => {
+                        // The answer came after the lease it granted ran out (this process
+                        // was paused mid-call): the lock may be another's by now.
+                        tracing::debug!(key = %request.key, "lock granted with a lease already run out; asking again");
+                        self.inner.release_in_background(
+                            request.key.clone(),
+                            request.token.clone(),
+                            request.kind,
+                            late.fence,
+                        );
+                        if Instant::now() >= request.deadline {
+                            break None;
+                        }
+                        request.token = request.kind.new_token();
+                    }
+                    Outcome::Held { holder_ttl } => break holder_ttl,
                 }
+            };
+            let waited = request.since.elapsed();
+            if !wait.is_zero() {
+                telemetry::timed_out(&request.key, request.kind, label, waited);
             }
+            Err(LockError::Timeout {
+                key: request.key.to_string(),
+                waited,
+                holder_ttl,
+            })
         };
         Either::Left(acquire.instrument(span))
     }
