@@ -55,6 +55,9 @@ impl LockInfo {
     }
 }
 
+/// The longest [holder id](HolderInfo::holder_id) accepted, in bytes.
+pub const MAX_HOLDER_ID_LEN: usize = 255;
+
 /// One holder of a lock: an owner, a reader or a permit, in a [`LockInfo`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -71,6 +74,9 @@ pub struct HolderInfo {
     /// records it; `None` where it does not, rather than a number that may not be the
     /// holder's.
     pub fencing_token: Option<u64>,
+    /// What the holder calls itself, where it gave a name and the store keeps it: the
+    /// candidate's id of an election's leader ([`Leader::id`](crate::Leader::id)).
+    pub holder_id: Option<String>,
 }
 
 impl HolderInfo {
@@ -81,7 +87,14 @@ impl HolderInfo {
             token_prefix: token.chars().take(TOKEN_PREFIX_CHARS).collect(),
             lease_left,
             fencing_token,
+            holder_id: None,
         }
+    }
+
+    /// This holder, naming itself `holder_id` (when the store kept one).
+    pub fn with_holder_id(mut self, holder_id: Option<impl Into<String>>) -> Self {
+        self.holder_id = holder_id.map(Into::into);
+        self
     }
 }
 

@@ -283,6 +283,7 @@
 pub mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod election;
 mod error;
 mod guard;
 mod hold;
@@ -300,9 +301,10 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
+pub use election::{DEFAULT_WATCH_INTERVAL, Election, Leader, Leadership};
 pub use error::LockError;
 pub use guard::LockGuard;
-pub use info::{HolderInfo, LockInfo};
+pub use info::{HolderInfo, LockInfo, MAX_HOLDER_ID_LEN};
 pub use key::{DEFAULT_MAX_KEY_LEN, KeySegment, LockKey};
 pub use kind::LockKind;
 pub use locker::{Locker, LockerBuilder};

@@ -130,6 +130,12 @@ pub struct Acquire {
     pub kind: LockKind,
     /// For a lease store, how long the hold lasts unless renewed.
     pub lease: Duration,
+    /// What the holder calls itself, for anyone who [inspects](Store::inspect) the lock
+    /// to read back in [`HolderInfo::holder_id`](crate::HolderInfo::holder_id): an
+    /// election candidate's id. At most [`MAX_HOLDER_ID_LEN`](crate::MAX_HOLDER_ID_LEN)
+    /// bytes; `None` for a plain lock. A store that keeps it stores it with the hold, so
+    /// that a process holding nothing reads it.
+    pub holder_id: Option<Arc<str>>,
     /// Until when to wait for a held lock. An attempt made at or after it is the only one.
     pub deadline: Instant,
     /// When the caller began to ask. A store that prefers writers reckons from it which

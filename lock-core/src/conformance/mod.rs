@@ -48,7 +48,8 @@
 //! the rest), the semaphore, holds and permits of one name, a holder paused past its
 //! session's lease ([`a_paused_holder_frees_its_lock`] and the rest), and what an operator sees and
 //! does ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
-//! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]). A test of a kind or
+//! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]), and leader election
+//! ([`one_candidate_leads_at_a_time`] and the rest). A test of a kind or
 //! an operation that the store lacks ([`crate::LockError::Unsupported`], or the `Config`
 //! error of [`crate::backend::Store::force_unlock`] and `inspect`) has nothing to check
 //! and passes.
@@ -69,6 +70,7 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::{DEFAULT_MAX_KEY_LEN, LockError, LockGuard, LockKind, LockOptions, Locker};
 
 mod dropping;
+mod election;
 mod ending;
 mod exclusion;
 mod fair;
@@ -82,6 +84,7 @@ mod semaphore;
 mod waking;
 
 pub use dropping::*;
+pub use election::*;
 pub use ending::*;
 pub use exclusion::*;
 pub use fair::*;
@@ -218,6 +221,11 @@ macro_rules! conformance {
             force_unlock_frees_a_held_lock_and_its_holder_learns_of_it,
             inspect_shows_the_holder_of_a_lock_and_who_waits,
             inspect_counts_readers_and_permits,
+            one_candidate_leads_at_a_time,
+            the_leader_is_read_by_a_process_holding_nothing,
+            a_leader_that_ends_is_followed_with_a_higher_token,
+            resigning_hands_over_and_dropping_leaves_nothing,
+            run_cancels_its_work_when_leadership_is_lost,
         );
     };
     (@tests $store:ident, $make:expr; $($test:ident),+ $(,)?) => {

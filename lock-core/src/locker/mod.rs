@@ -15,7 +15,8 @@ use crate::hold::{Context, Hold};
 use crate::options::{DEFAULT_LEASE, DEFAULT_WAIT, Defaults, Resolved};
 use crate::reentrancy::Reentry;
 use crate::{
-    LockError, LockGuard, LockInfo, LockKey, LockKind, LockOptions, Semaphore, key, telemetry,
+    Election, LockError, LockGuard, LockInfo, LockKey, LockKind, LockOptions, Semaphore, key,
+    telemetry,
 };
 
 pub(crate) mod builder;
@@ -163,6 +164,17 @@ impl Locker {
         key: &str,
         opts: LockOptions,
     ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + '_ {
+        self.lock_as(key, opts, None)
+    }
+
+    /// [`lock_with`](Self::lock_with) by a holder that calls itself `holder_id` (checked
+    /// by the caller), which the store keeps for whoever inspects the lock.
+    pub(crate) fn lock_as(
+        &self,
+        key: &str,
+        opts: LockOptions,
+        holder_id: Option<Arc<str>>,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + '_ {
         // Checked before the future is made, which so carries only their checked forms.
         let checked = LockKey::with_max_len(key, self.inner.max_key_len)
             .and_then(|key| Ok((key, opts.resolve(&self.inner.defaults)?)));
@@ -175,6 +187,7 @@ impl Locker {
             token: opts.kind.new_token(),
             kind: opts.kind,
             lease: opts.lease,
+            holder_id,
             // Both set when the wait starts: at the first poll.
             deadline: Instant::now(),
             since: Instant::now(),
@@ -356,6 +369,12 @@ impl Locker {
         key: &str,
     ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + '_ {
         self.lock_with(key, LockOptions::new().kind(LockKind::Write))
+    }
+
+    /// The election `name` (a key like any other, checked when it is used): see
+    /// [`Election`]. Nothing is sent until it is used.
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(self.clone(), name)
     }
 
     /// A handle on the semaphore `key`, which admits `permits` holders at once across

@@ -65,6 +65,7 @@ mod tests {
             token: token.into(),
             kind,
             lease: SEC,
+            holder_id: None,
             deadline: since + SEC,
             since,
         }
@@ -77,7 +78,7 @@ mod tests {
             if let LockKind::Semaphore { permits } = kind {
                 entry.permits = Some(permits);
             }
-            entry.take(&format!("h{i}"), kind, &Term::Lease(SEC), now, SEC);
+            entry.take(&format!("h{i}"), None, kind, &Term::Lease(SEC), now, SEC);
         }
         entry
     }

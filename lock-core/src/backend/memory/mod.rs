@@ -147,7 +147,14 @@ impl MemoryStore {
             } else if admission::admits(entry, request) {
                 entry.stop_waiting(request);
                 entry
-                    .take(token, request.kind, &term, now, fence_ttl)
+                    .take(
+                        token,
+                        request.holder_id.as_ref(),
+                        request.kind,
+                        &term,
+                        now,
+                        fence_ttl,
+                    )
                     .acquired(now)
             } else {
                 if fair && entry.holders.is_empty() {
@@ -230,7 +237,10 @@ impl MemoryStore {
             };
             let holders = live
                 .iter()
-                .map(|h| HolderInfo::new(&h.token, h.ends.left(now), Some(h.fence)))
+                .map(|h| {
+                    HolderInfo::new(&h.token, h.ends.left(now), Some(h.fence))
+                        .with_holder_id(h.holder_id.as_deref())
+                })
                 .collect();
             (kind, holders)
         };

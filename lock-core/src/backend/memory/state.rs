@@ -73,6 +73,7 @@ pub(super) struct Entry {
 #[derive(Debug)]
 pub(super) struct Place {
     pub(super) token: Box<str>,
+    pub(super) holder_id: Option<Arc<str>>,
     pub(super) term: Term,
 }
 
@@ -80,6 +81,7 @@ pub(super) struct Place {
 #[derive(Debug)]
 pub(super) struct Holder {
     pub(super) token: String,
+    pub(super) holder_id: Option<Arc<str>>,
     pub(super) kind: LockKind,
     pub(super) ends: Ends,
     pub(super) fence: u64,
@@ -147,10 +149,12 @@ impl Entry {
         self.holders.iter().any(|h| h.kind.sharing() != sharing)
     }
 
-    /// Makes `token` a holder, as `kind`, for `term`, drawing its fencing token.
+    /// Makes `token` (calling itself `holder_id`) a holder, as `kind`, for `term`,
+    /// drawing its fencing token.
     pub(super) fn take(
         &mut self,
         token: &str,
+        holder_id: Option<&Arc<str>>,
         kind: LockKind,
         term: &Term,
         now: Instant,
@@ -159,6 +163,7 @@ impl Entry {
         let fence = self.fence.draw(now, fence_ttl, term.lease());
         self.holders.push(Holder {
             token: token.to_owned(),
+            holder_id: holder_id.cloned(),
             kind,
             ends: Ends::new(term, now),
             fence,
@@ -175,7 +180,14 @@ impl Entry {
     ) -> Option<HandedOver> {
         let place = self.line.pop_front()?;
         let fence = self
-            .take(&place.token, LockKind::Fair, &place.term, now, fence_ttl)
+            .take(
+                &place.token,
+                place.holder_id.as_ref(),
+                LockKind::Fair,
+                &place.term,
+                now,
+                fence_ttl,
+            )
             .fence;
         tracing::debug!(fence, "lock handed over to the next in line");
         let handover = FairHandover {
@@ -195,6 +207,7 @@ impl Entry {
             LockKind::Fair if !self.line.iter().any(|p| &*p.token == token) => {
                 self.line.push_back(Place {
                     token: token.into(),
+                    holder_id: request.holder_id.clone(),
                     term: term.clone(),
                 });
             }

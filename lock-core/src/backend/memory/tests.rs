@@ -13,6 +13,7 @@ fn asked_at(m: &MemoryStore, token: &str, kind: LockKind, since: Instant) -> Att
         token: token.into(),
         kind,
         lease: SEC * 10,
+        holder_id: None,
         deadline: Instant::now() + SEC,
         since,
     };
@@ -34,6 +35,7 @@ fn attempt(
         token: token.into(),
         kind,
         lease,
+        holder_id: None,
         deadline: Instant::now(),
         since: Instant::now(),
     };
@@ -215,6 +217,7 @@ async fn inspect_shows_each_holder_with_its_lease_and_fence_and_the_tasks_waitin
         token: "w2".into(),
         kind: Write,
         lease: SEC,
+        holder_id: None,
         deadline: Instant::now() + SEC,
         since: Instant::now(),
     };
@@ -271,6 +274,7 @@ async fn a_semaphore_admits_its_count_and_keeps_it() {
         token: "e".into(),
         kind: LockKind::Semaphore { permits: 5 },
         lease: SEC,
+        holder_id: None,
         deadline: Instant::now(),
         since: Instant::now(),
     };

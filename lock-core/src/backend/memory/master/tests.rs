@@ -70,6 +70,7 @@ async fn hold_elsewhere(store: &RedLock<Slow>, i: usize) {
         token: "someone-else".into(),
         kind: LockKind::Exclusive,
         lease: LEASE * 10,
+        holder_id: None,
         deadline: Instant::now(),
         since: Instant::now(),
     };
