@@ -179,8 +179,7 @@ impl LockGuard {
         let span =
             tracing::debug_span!("lock_release", key = %self.hold.key, fence = self.hold.fence);
         let released = async {
-            let released = self.inner.store.release(&self.hold.for_store()).await;
-            let released = released.map_err(|e| e.about(&self.hold.key));
+            let released = self.inner.give_back(&self.hold).await;
             if let Ok(true) = released {
                 tracing::debug!("lock released");
             }

@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::store::{self, Acquire};
+use crate::options::Resolved;
 use crate::{LockKey, LockKind, telemetry};
 
 /// Who holds a lock, for reentrancy: the tokio task that acquired it, or, outside any
@@ -44,6 +45,8 @@ pub(crate) struct Hold {
     pub(crate) context: Context,
     /// Renewed while it lasts (lease stores); otherwise only marked lost at its deadline.
     pub(crate) watchdog: bool,
+    /// How long after `taken_at` a release leaves it held ([`crate::LockOptions::hold_at_least`]).
+    hold_at_least: Duration,
     /// A session store's hold: it has no lease.
     session: bool,
     /// Guards alive for this hold; changed under the reentrancy registry's lock.
@@ -60,26 +63,26 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// The hold `request` took for `context`, with fencing token `fence`, renewed by the
-    /// `watchdog` or not; its lease (for a lease store) runs until `until`.
+    /// The hold `request` took for `context`, with fencing token `fence`, kept as `opts`
+    /// say; its lease (for a lease store) runs until `until`.
     pub(crate) fn new(
         request: Acquire,
         fence: u64,
         context: Context,
-        watchdog: bool,
         until: Option<Instant>,
         clock_zero: Instant,
-        label: Option<&'static str>,
+        opts: &Resolved,
     ) -> Self {
         let this = Self {
             key: request.key,
             token: request.token,
             fence,
             kind: request.kind,
-            label,
+            label: opts.label,
             taken_at: Instant::now(),
             context,
-            watchdog,
+            watchdog: opts.watchdog,
+            hold_at_least: opts.hold_at_least,
             session: until.is_none(),
             holds: 1.into(),
             lease_ms: AtomicU64::new(0),
@@ -94,6 +97,18 @@ impl Hold {
             this.renewed(until);
         }
         this
+    }
+
+    /// How long a release now must leave it held: what is left of its
+    /// [`hold_at_least`](crate::LockOptions::hold_at_least), if anything.
+    pub(crate) fn kept_for(&self) -> Option<Duration> {
+        let rest = self.hold_at_least.checked_sub(self.taken_at.elapsed())?;
+        Some(rest).filter(|rest| !rest.is_zero())
+    }
+
+    /// Whether it lasts as long as a session rather than a lease.
+    pub(crate) fn is_session(&self) -> bool {
+        self.session
     }
 
     /// The hold, as the store knows it.

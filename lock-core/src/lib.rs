@@ -143,6 +143,52 @@
 //! # }
 //! ```
 //!
+//! # Leaders, and jobs that run once
+//!
+//! Work that one replica at a time does for as long as it can (a scheduler, a queue's
+//! consumer) elects a leader: [`Locker::election`]. [`Election::run`] campaigns, runs the
+//! work while leading, cancels it if the leadership is lost and campaigns again; any
+//! process reads who leads with [`Election::leader`] or [`Election::watch`]. A leader's
+//! fencing token outranks every earlier leader's, so storage can refuse a deposed
+//! leader's late writes.
+//!
+//! Work that every replica fires on a timer, but that must run once per tick (a nightly
+//! report), takes its lock with no wait and holds it at least as long as the replicas'
+//! clocks may disagree ([`LockOptions::hold_at_least`]; with the attribute,
+//! `#[distributed_lock(key = "job:report", wait = "0s", hold_at_least = "50s")]`). The
+//! replica that fires first runs it; the others find it held, and skip it:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::{LockOptions, Locker};
+//!
+//! let locker = Locker::in_memory();
+//! let once = LockOptions::new().wait(Duration::ZERO).hold_at_least(Duration::from_secs(50));
+//! let mut minutes = tokio::time::interval(Duration::from_secs(60));
+//! for _ in 0..2 {
+//!     minutes.tick().await;
+//!     let Some(guard) = locker.try_lock_with("job:report", once).await? else {
+//!         continue; // another replica runs it this minute
+//!     };
+//!     // ... make the report, passing guard.fencing_token() along ...
+//!     guard.release().await?; // held on until 50 s after it was taken
+//! }
+//!
+//! // One replica at a time sweeps, for as long as it leads.
+//! let swept = locker
+//!     .election("sweeper")
+//!     .run("replica-a", |leadership| {
+//!         let fence = leadership.fencing_token();
+//!         async move { fence }
+//!     })
+//!     .await?;
+//! # let _ = swept;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Words
 //!
 //! One word for each thing, in the code and in these docs:
@@ -159,6 +205,8 @@
 //! | **fence**, fencing token | A number drawn with each acquisition, strictly greater than every earlier one for its key. |
 //! | **hold** | One acquisition, while it lasts; the re-entrant guards of one task share it. |
 //! | **reader**, **writer** | A holder of the read or the write side of a read-write lock. |
+//! | **election** | Candidates, one of which leads at a time: the **leader** holds the election's lock; its [`Leadership`] is its guard. |
+//! | **holder id** | What a holder calls itself, kept by the store beside its hold for anyone to read: a candidate's id. |
 //! | **permit** | A hold of a semaphore; its **count** is how many it admits at once. |
 //! | **guard** | A [`LockGuard`]: proof of a hold, which releases it when dropped. |
 //! | **lease** | How long a hold lasts in a lease store (Redis) unless renewed. |

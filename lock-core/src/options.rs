@@ -34,6 +34,7 @@ pub struct LockOptions {
     pub(crate) watchdog: bool,
     pub(crate) kind: LockKind,
     pub(crate) label: Option<&'static str>,
+    pub(crate) hold_at_least: Duration,
 }
 
 impl Default for LockOptions {
@@ -51,6 +52,7 @@ impl LockOptions {
             watchdog: true,
             kind: LockKind::Exclusive,
             label: None,
+            hold_at_least: Duration::ZERO,
         }
     }
 
@@ -131,6 +133,39 @@ impl LockOptions {
         self
     }
 
+    /// Keeps the lock held until `d` has passed since it was taken, even when its guard
+    /// is released sooner (default: zero, release at once). A job that every replica
+    /// fires at the same minute so runs once, however far apart (up to `d`) their clocks
+    /// fire it: the replicas that ask later find it held and skip it (with no wait).
+    ///
+    /// A release before `d` gives nothing back: on a lease store (memory, Redis,
+    /// RedLock) the lease is set to run out when `d` has passed, and nothing renews it;
+    /// on a session store (ZooKeeper, PostgreSQL, MySQL) the hold stays in its session
+    /// and this process releases it when `d` has passed. A session ends with its process,
+    /// so there the hold lasts at most until the process exits (and its session's lease
+    /// runs out).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use lock_core::{LockOptions, Locker};
+    ///
+    /// let locker = Locker::in_memory();
+    /// let once = LockOptions::new().wait(Duration::ZERO).hold_at_least(Duration::from_secs(30));
+    /// let guard = locker.lock_with("job:nightly", once).await?;
+    /// guard.release().await?; // the job ran; the lock stays held for the rest of the 30 s
+    /// let other = locker.clone();
+    /// let late = tokio::spawn(async move { other.try_lock_with("job:nightly", once).await });
+    /// assert!(late.await.unwrap()?.is_none(), "a replica firing late skips the job");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, d: Duration) -> Self {
+        self.hold_at_least = d;
+        self
+    }
+
     pub(crate) fn resolve(self, defaults: &Defaults) -> Result<Resolved, LockError> {
         let lease = self.lease.unwrap_or(defaults.lease);
         if lease < MIN_LEASE {
@@ -147,6 +182,7 @@ impl LockOptions {
             watchdog: self.watchdog,
             kind: self.kind,
             label: self.label,
+            hold_at_least: self.hold_at_least,
         })
     }
 }
@@ -188,6 +224,7 @@ pub(crate) struct Resolved {
     pub(crate) watchdog: bool,
     pub(crate) kind: LockKind,
     pub(crate) label: Option<&'static str>,
+    pub(crate) hold_at_least: Duration,
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod kw {
     syn::custom_keyword!(locker);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
+    syn::custom_keyword!(hold_at_least);
     syn::custom_keyword!(watchdog);
     syn::custom_keyword!(guard);
     syn::custom_keyword!(mode);
@@ -19,8 +20,7 @@ mod kw {
 }
 
 /// Every option, as listed in errors.
-const VALID: &str =
-    "`key`, `keys`, `locker`, `wait`, `lease`, `watchdog`, `mode`, `permits`, `guard`, `crate`";
+const VALID: &str = "`key`, `keys`, `locker`, `wait`, `lease`, `hold_at_least`, `watchdog`, `mode`, `permits`, `guard`, `crate`";
 
 /// What the lock is taken on.
 #[derive(Debug)]
@@ -63,6 +63,7 @@ pub(crate) struct Args {
     pub(crate) locker: Option<Expr>,
     pub(crate) wait: Option<Millis>,
     pub(crate) lease: Option<Millis>,
+    pub(crate) hold_at_least: Option<Millis>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) mode: Option<(Mode, Span)>,
     pub(crate) permits: Option<Permits>,
@@ -76,6 +77,7 @@ impl Parse for Args {
         let mut locker = None;
         let mut wait = None;
         let mut lease = None;
+        let mut hold_at_least = None;
         let mut watchdog = None;
         let mut mode = None;
         let mut permits = None;
@@ -139,6 +141,11 @@ impl Parse for Args {
                     return Err(syn::Error::new(d.span, "a lease must be longer than zero"));
                 }
                 set(&mut lease, d, k.span, "lease")?;
+            } else if lookahead.peek(kw::hold_at_least) {
+                let k = input.parse::<kw::hold_at_least>()?;
+                input.parse::<Token![=]>()?;
+                let d = duration(&input.parse()?)?;
+                set(&mut hold_at_least, d, k.span, "hold_at_least")?;
             } else if lookahead.peek(kw::watchdog) {
                 let k = input.parse::<kw::watchdog>()?;
                 input.parse::<Token![=]>()?;
@@ -245,6 +252,7 @@ impl Parse for Args {
             locker,
             wait,
             lease,
+            hold_at_least,
             watchdog,
             mode,
             permits,
@@ -361,6 +369,7 @@ mod tests {
             locker = self.locker,
             wait = "2s",
             lease = "10s",
+            hold_at_least = "1m",
             watchdog = false,
             guard = lock,
             crate = "::my::lock_core",
@@ -370,6 +379,7 @@ mod tests {
         assert!(a.locker.is_some());
         assert_eq!(a.wait.unwrap().ms, 2_000);
         assert_eq!(a.lease.unwrap().ms, 10_000);
+        assert_eq!(a.hold_at_least.unwrap().ms, 60_000);
         assert!(!a.watchdog.unwrap().value);
         assert_eq!(a.guard.unwrap(), "lock");
         let krate = a.krate.unwrap();

@@ -80,6 +80,11 @@ pub(crate) fn expand(args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         let ms = lease.ms;
         opts = quote_spanned!(lease.span=> #opts.lease(#private::Duration::from_millis(#ms)));
     }
+    if let Some(hold) = args.hold_at_least {
+        let ms = hold.ms;
+        opts =
+            quote_spanned!(hold.span=> #opts.hold_at_least(#private::Duration::from_millis(#ms)));
+    }
     if let Some(watchdog) = &args.watchdog {
         opts = quote_spanned!(watchdog.span=> #opts.watchdog(#watchdog));
     }
@@ -445,14 +450,20 @@ mod tests {
     #[test]
     fn options_chain() {
         let out = run(
-            quote!(key = "k", lease = "1m30s", watchdog = false, mode = "fair"),
+            quote!(
+                key = "k",
+                lease = "1m30s",
+                hold_at_least = "30s",
+                watchdog = false,
+                mode = "fair"
+            ),
             quote!(
                 async fn f() -> Result<(), E> {
                     Ok(())
                 }
             ),
         );
-        assert!(out.contains("LockOptions :: new () . lease (:: lock_core :: __private :: Duration :: from_millis (90000u64)) . watchdog (false) . fair (true)"), "{out}");
+        assert!(out.contains("LockOptions :: new () . lease (:: lock_core :: __private :: Duration :: from_millis (90000u64)) . hold_at_least (:: lock_core :: __private :: Duration :: from_millis (30000u64)) . watchdog (false) . fair (true)"), "{out}");
     }
 
     #[test]

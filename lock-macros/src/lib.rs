@@ -99,6 +99,10 @@ mod template;
 ///   its error type).
 /// - `wait = "5s"`, `lease = "30s"`: how long to wait for the lock and how long each lease
 ///   runs (`"250ms"`, `"5s"`, `"2m"`, `"1h"`, `"1m30s"`); default: the locker's.
+/// - `hold_at_least = "30s"`: keep the lock held until that long after it was taken, even
+///   when the body finishes sooner (`LockOptions::hold_at_least`); with `wait = "0s"`, a
+///   job that every replica fires at once runs once, as the replicas that ask later find
+///   it held and skip it.
 /// - `watchdog = false`: do not renew the lease while the body runs.
 /// - `mode = "read"` or `mode = "write"`: the read side (shared with other readers) or the
 ///   write side of a read-write lock (`LockKind::Read`, `LockKind::Write`); with `keys =

@@ -815,3 +815,26 @@ async fn keys_with_mode_read_take_each_key_as_a_read(locker: Locker) {
     assert!(read, "another reader was kept out");
     assert!(!write, "a writer got in beside the readers");
 }
+
+// ---------------------------------------------------------------------------------------
+// `hold_at_least` with `wait = "0s"`: a job fired by every replica runs once per hold.
+
+#[distributed_lock(key = "job:{name}", locker = locker, wait = "0s", hold_at_least = "30s")]
+async fn nightly(locker: &Locker, name: &str, runs: &AtomicUsize) -> Result<(), AppError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_held_at_least_30s_runs_once_until_they_passed() {
+    let replica = Locker::in_memory();
+    let runs = AtomicUsize::new(0);
+    nightly(&replica, "report", &runs).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let skipped = nightly(&replica, "report", &runs).await.unwrap_err();
+    assert!(skipped.lock_error().is_timeout());
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the job ran twice within its hold");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    nightly(&replica, "report", &runs).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

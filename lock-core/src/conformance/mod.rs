@@ -49,7 +49,8 @@
 //! session's lease ([`a_paused_holder_frees_its_lock`] and the rest), and what an operator sees and
 //! does ([`inspect_shows_the_holder_of_a_lock_and_who_waits`],
 //! [`force_unlock_frees_a_held_lock_and_its_holder_learns_of_it`]), and leader election
-//! ([`one_candidate_leads_at_a_time`] and the rest). A test of a kind or
+//! ([`one_candidate_leads_at_a_time`] and the rest) and at-most-once jobs
+//! ([`a_job_held_at_least_a_while_runs_once_per_tick`]). A test of a kind or
 //! an operation that the store lacks ([`crate::LockError::Unsupported`], or the `Config`
 //! error of [`crate::backend::Store::force_unlock`] and `inspect`) has nothing to check
 //! and passes.
@@ -75,6 +76,7 @@ mod ending;
 mod exclusion;
 mod fair;
 mod inspect;
+mod jobs;
 mod one_name;
 mod paused;
 mod read_write;
@@ -89,6 +91,7 @@ pub use ending::*;
 pub use exclusion::*;
 pub use fair::*;
 pub use inspect::*;
+pub use jobs::*;
 pub use one_name::*;
 pub use paused::*;
 pub use read_write::*;
@@ -226,6 +229,7 @@ macro_rules! conformance {
             a_leader_that_ends_is_followed_with_a_higher_token,
             resigning_hands_over_and_dropping_leaves_nothing,
             run_cancels_its_work_when_leadership_is_lost,
+            a_job_held_at_least_a_while_runs_once_per_tick,
         );
     };
     (@tests $store:ident, $make:expr; $($test:ident),+ $(,)?) => {

@@ -6,12 +6,12 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::backend::{Store, store};
+use crate::backend::{Renewal, Store, store};
 use crate::hold::Hold;
 use crate::options::Defaults;
 use crate::reentrancy::{HoldEnd, Holds};
 use crate::watchdog::Watchdog;
-use crate::{LockKey, LockKind, telemetry};
+use crate::{LockError, LockKey, LockKind, MIN_LEASE, telemetry};
 
 /// One `Locker`: its store, its settings, and the holds it keeps.
 #[derive(Debug)]
@@ -54,9 +54,51 @@ impl Inner {
         end
     }
 
-    /// Releases `hold` in the background (its guard was dropped).
-    pub(crate) fn release_detached(&self, hold: Arc<Hold>) {
-        self.release_in_background(hold.key.clone(), hold.token.clone(), hold.kind, hold.fence);
+    /// Gives `hold` back to the store, and says whether it was still ours. A hold that
+    /// must last a while yet ([`hold_at_least`](crate::LockOptions::hold_at_least)) is
+    /// left to end then: a lease is set to run out at that time; a session's hold is
+    /// released by a task of its own at that time.
+    pub(crate) async fn give_back(&self, hold: &Arc<Hold>) -> Result<bool, LockError> {
+        let Some(rest) = hold.kept_for() else {
+            let released = self.store.release(&hold.for_store()).await;
+            return released.map_err(|e| e.about(&hold.key));
+        };
+        if hold.is_session() {
+            if hold.is_lost() {
+                return Ok(false);
+            }
+            let (store, hold) = (self.store.clone(), hold.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(rest).await;
+                if let Err(e) = store.release(&hold.for_store()).await {
+                    tracing::warn!(key = %hold.key, error = %e, "release after hold_at_least failed");
+                }
+            });
+            return Ok(true);
+        }
+        let renewal = [Renewal {
+            hold: hold.for_store(),
+            lease: rest.max(MIN_LEASE),
+        }];
+        let renewed = self.store.renew(&renewal).await;
+        let renewed = renewed.map_err(|e| e.about(&hold.key))?;
+        Ok(renewed.first().copied().flatten().is_some())
+    }
+
+    /// Gives `hold` back in the background (its guard was dropped).
+    pub(crate) fn release_detached(self: &Arc<Self>, hold: Arc<Hold>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %hold.key, "no tokio runtime to release the lock in; its hold will expire");
+            return;
+        };
+        let span = tracing::debug_span!("lock_release", key = %hold.key, fence = hold.fence);
+        let inner = self.clone();
+        let release = async move {
+            if let Err(e) = inner.give_back(&hold).await {
+                tracing::warn!(error = %e, "background release failed; the hold will expire");
+            }
+        };
+        self.background.spawn_on(release.instrument(span), &runtime);
     }
 
     /// Releases, in the background, the hold of `key` by the owner `token`.

@@ -193,12 +193,7 @@ impl Locker {
             since: Instant::now(),
         };
         // What the future needs of the options beyond the request.
-        let Resolved {
-            wait,
-            watchdog,
-            label,
-            ..
-        } = opts;
+        let Resolved { wait, label, .. } = opts;
         let span = tracing::debug_span!("lock_acquire", key = %request.key, kind = ?request.kind, lock = label);
         // A block, not an async fn, which would keep a second copy of the request.
         let acquire = async move {
@@ -230,7 +225,7 @@ impl Locker {
                 let outcome = store.acquire(&request).await;
                 match outcome.map_err(|e| e.about(&request.key))? {
                     Outcome::Acquired(acquired) if !acquired.ran_out() => {
-                        return Ok(self.hold(request, watchdog, label, acquired));
+                        return Ok(self.hold(request, &opts, acquired));
                     }
                     Outcome::Acquired(late) => {
                         // The answer came after the lease it granted ran out (this process
@@ -266,13 +261,7 @@ impl Locker {
     /// The guard of the lock `request` took, held by the task that takes it. Its lease
     /// is renewed while the guard lives (or, with the watchdog off, marked lost at its
     /// deadline); a session's end marks it lost.
-    fn hold(
-        &self,
-        request: Acquire,
-        watchdog: bool,
-        label: Option<&'static str>,
-        acquired: Acquired,
-    ) -> LockGuard {
+    fn hold(&self, request: Acquire, opts: &Resolved, acquired: Acquired) -> LockGuard {
         let Acquired { fence, expiry } = acquired;
         let waited = request.since.elapsed();
         let until = match &expiry {
@@ -283,12 +272,11 @@ impl Locker {
             request,
             fence,
             Context::current(),
-            watchdog,
             until,
             self.inner.clock_zero,
-            label,
+            opts,
         ));
-        telemetry::acquired(&hold.key, hold.kind, label, waited);
+        telemetry::acquired(&hold.key, hold.kind, opts.label, waited);
         self.inner.holds.insert(hold.clone());
         match expiry {
             Expiry::Lease(_) => self.inner.watchdog.watch(hold.clone()),
