@@ -4,6 +4,25 @@
 //! leader's id beside the hold, so that any process reads who leads. Everything a lock
 //! promises carries over: the watchdog keeps the leadership, [`Leadership::lost`] fires
 //! when it ends, and each leader's fencing token is greater than every earlier one's.
+//!
+//! # What each store promises
+//!
+//! One leader at a time, as far as the store keeps one holder of a lock at a time:
+//! - **memory**: exactly, within its process.
+//! - **Lease stores** (Redis, RedLock): a leadership lasts while the watchdog renews its
+//!   lease. A leader paused past its lease is deposed: another leads once the lease ran
+//!   out, and the old one learns it ([`Leadership::lost`]) at its next renewal.
+//! - **Session stores** (ZooKeeper, PostgreSQL, MySQL): a leadership lasts as long as the
+//!   leader's session. A leader paused past its session's lease is deposed once the
+//!   server ends the session, and learns it when it runs again.
+//! - **Sentinel and Cluster**: a failover may lose a leadership taken on the old master
+//!   just before it, as it may lose a lock (replication is asynchronous): two may lead
+//!   until the old leader's next renewal finds its hold gone. **RedLock** keeps it on a
+//!   majority of masters, with the same limits as its locks.
+//!
+//! Where two may lead at once, only the fencing token keeps their writes apart: pass
+//! [`Leadership::fencing_token`] with every write, and have the storage refuse an older
+//! one than it has seen.
 
 use std::future::Future;
 use std::sync::Arc;

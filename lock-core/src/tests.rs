@@ -755,3 +755,23 @@ async fn a_late_grant_with_no_wait_left_is_a_timeout() {
     assert!(matches!(tried, Ok(None)), "{tried:?}");
     assert_eq!(late.acquires.load(Ordering::SeqCst), 1);
 }
+
+/// An election's name is checked as a key, a candidate's id for what every store can
+/// keep; both before the store is asked.
+#[tokio::test]
+async fn bad_election_names_and_ids_are_refused() {
+    let locker = Locker::in_memory();
+    let err = locker.election("").campaign("a").await.unwrap_err();
+    assert!(err.is_invalid_key(), "{err}");
+    let long = "x".repeat(crate::MAX_HOLDER_ID_LEN + 1);
+    let err = locker.election("e").campaign(long).await.unwrap_err();
+    assert!(
+        err.is_config() && err.to_string().contains("at most 255 bytes"),
+        "{err}"
+    );
+    let err = locker.election("e").campaign("a\0b").await.unwrap_err();
+    assert!(err.is_config() && err.to_string().contains("NUL"), "{err}");
+    assert_eq!(locker.inspect("e").await.unwrap(), None);
+    let err = locker.election("").leader().await.unwrap_err();
+    assert!(err.is_invalid_key(), "{err}");
+}

@@ -833,7 +833,11 @@ async fn a_job_held_at_least_30s_runs_once_until_they_passed() {
     tokio::time::sleep(Duration::from_secs(20)).await;
     let skipped = nightly(&replica, "report", &runs).await.unwrap_err();
     assert!(skipped.lock_error().is_timeout());
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the job ran twice within its hold");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the job ran twice within its hold"
+    );
     tokio::time::sleep(Duration::from_secs(11)).await;
     nightly(&replica, "report", &runs).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2);

@@ -150,6 +150,9 @@
 //!   [renewed](Store::renew) (the `Locker`'s watchdog renews them, in batches); a session
 //!   store's holds live as long as its session, and it reports the session's end through
 //!   the future given to [`Acquired::session`].
+//! - **The holder id**: a holder that names itself ([`Acquire::holder_id`], an election's
+//!   candidate) is named, with its fencing token, by [`inspect`](Store::inspect) from any
+//!   process, so that an election's leader can be read by a process that holds nothing.
 //! - **Kinds**: [`supports`](Store::supports) says which
 //!   [`LockKind`](crate::LockKind)s it has. The `Locker` never asks it for another: the
 //!   caller gets [`LockError::Unsupported`](crate::LockError::Unsupported).

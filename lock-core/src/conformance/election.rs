@@ -85,7 +85,8 @@ pub async fn the_leader_is_read_by_a_process_holding_nothing(store: &impl StoreU
 }
 
 /// A leadership that ends as a crashed leader's would (its lease runs out, its session
-/// ends) fires its `lost()`, and a waiting candidate leads with a higher token.
+/// ends) fires its `lost()`, and a waiting candidate leads with a higher token, with which
+/// a fenced counter refuses the old leader's late write.
 pub async fn a_leader_that_ends_is_followed_with_a_higher_token(store: &impl StoreUnderTest) {
     let [crashing, next] = two(store).await;
     let old = crashing
@@ -109,7 +110,33 @@ pub async fn a_leader_that_ends_is_followed_with_a_higher_token(store: &impl Sto
     assert!(new.fencing_token() > old.fencing_token());
     let leader = next.election("followed").leader().await.unwrap();
     assert_eq!(leader.map(|l| l.id), Some("new".into()));
+
+    let mut counter = FencedCounter::default();
+    assert!(counter.bump(new.fencing_token()), "the new leader's write");
+    assert!(
+        !counter.bump(old.fencing_token()),
+        "the old leader's late write"
+    );
+    assert_eq!(counter.value, 1);
     new.resign().await.unwrap();
+}
+
+/// A counter that refuses a bump with a fencing token older than the newest it took.
+#[derive(Default)]
+struct FencedCounter {
+    value: u64,
+    newest: u64,
+}
+
+impl FencedCounter {
+    /// Whether the bump was taken.
+    fn bump(&mut self, fence: u64) -> bool {
+        if fence < self.newest {
+            return false;
+        }
+        (self.newest, self.value) = (fence, self.value + 1);
+        true
+    }
 }
 
 /// Resigning hands the leadership to a waiting candidate at once; a dropped campaign
