@@ -1,7 +1,8 @@
 //! What the lock promises of itself under a fault, judged from what the workers recorded
 //! in the ledger: no lock call runs past its wait (by more than [`CALL_SLACK`]), no guard
-//! is lost already as a lock call hands it out, and no holder that the fence found
-//! overtaken still claims its hold.
+//! is lost already as a lock call hands it out (but in a failover of an asynchronously
+//! replicated master, which Sentinel and Cluster do not promise to survive: see
+//! [`BornLost`]), and no holder that the fence found overtaken still claims its hold.
 
 use std::time::Duration;
 
@@ -25,6 +26,15 @@ pub(crate) struct PausedHolder {
     pub(crate) span: Duration,
 }
 
+/// What a guard lost already as a lock call hands it out says under a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BornLost {
+    /// A broken promise.
+    Broken,
+    /// What the store does not promise under this fault, for this reason.
+    Excused(&'static str),
+}
+
 /// Adds to `row` what the workers `pids` recorded, and a violation for each promise
 /// broken.
 pub(crate) fn judge(
@@ -32,11 +42,14 @@ pub(crate) fn judge(
     ledger: &RedisServer,
     pids: &[u32],
     paused: Option<PausedHolder>,
+    born_lost: BornLost,
 ) {
     judge_waits(row, ledger, pids, paused);
     note_tries(row, ledger, pids);
     row.born_lost = ledger::events(ledger, Event::BornLost).expect("read the ledger");
-    if row.born_lost > 0 {
+    if let (BornLost::Excused(why), 1..) = (born_lost, row.born_lost) {
+        row.note(format!("{} guards born lost: {why}", row.born_lost));
+    } else if row.born_lost > 0 {
         let mut violation = format!(
             "{} guards born lost: lost already as the lock call handed them out",
             row.born_lost

@@ -10,7 +10,7 @@ use lock_tests::{PostgresServer, RedisServer, TestServer, ValueExt};
 
 use crate::ledger::{self, Event, KeyTally};
 use crate::options::Options;
-use crate::promises::{self, PausedHolder};
+use crate::promises::{self, BornLost, PausedHolder};
 use crate::report::Row;
 use crate::store::{self, Deployment, Store};
 use crate::worker::{self, Sections};
@@ -56,6 +56,21 @@ pub(crate) enum Fault {
     BackendsTerminated,
     /// Every MariaDB session that holds a lock killed (`KILL`).
     SessionsKilled,
+}
+
+impl Fault {
+    /// What a guard lost as it is handed out says under this fault: a master's failover
+    /// may lose a lock taken on it just before (replication is asynchronous), as the
+    /// Sentinel and Cluster docs say; under any other fault it breaks a promise.
+    fn born_lost(self) -> BornLost {
+        match self {
+            Fault::Failover | Fault::MasterKilled => BornLost::Excused(
+                "taken on the old master just before the failover, and lost with it \
+                 (asynchronous replication)",
+            ),
+            _ => BornLost::Broken,
+        }
+    }
 }
 
 /// A deployment, a fault and what must hold afterwards.
@@ -360,7 +375,8 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
             "{leftover} locks still held after the workers stopped"
         ));
     }
-    promises::judge(&mut row, &ledger, &pids, injected.paused_holder);
+    let born_lost = scenario.fault.born_lost();
+    promises::judge(&mut row, &ledger, &pids, injected.paused_holder, born_lost);
     if let Some(paused) = injected.paused_holder {
         let refused = ledger::refused_writes_of(&ledger, paused.pid).expect("read the ledger");
         row.note(format!(
