@@ -4,6 +4,7 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,19 +29,32 @@ const JAVAC: &str = "javac";
 const CLASS: &str = "CuratorPeer";
 /// Deadline of the compilation.
 const COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
-/// The peer: `CuratorPeer <connect> <path> <mutex|write|read|semaphore-N> <counter file>
-/// <iterations>`.
+/// Deadline of a [`CuratorPeer::leader`] process: JVM start, connect and one read.
+const ASK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The peer: `CuratorPeer <connect> <path> <mode> <file> <iterations>`, where the mode is
+/// a lock (`mutex`, `write`, `read`, `semaphore-N`) or `selector` (a `LeaderSelector`
+/// participant), each counting in `file`; or `lead`, a participant that leads once and
+/// says so in `file`; or `leader`, which writes who leads into `file`.
 const SOURCE: &str = r#"import java.nio.file.*;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.curator.framework.*;
+import org.apache.curator.framework.recipes.leader.*;
 import org.apache.curator.framework.recipes.locks.*;
 import org.apache.curator.retry.RetryNTimes;
+import org.apache.zookeeper.KeeperException;
 
 public class CuratorPeer {
     /** A lock that is taken within 60 s, or not at all. */
     interface Lock {
         /** Takes the lock: what releases it. */
         AutoCloseable acquire() throws Exception;
+    }
+
+    /** What a participant does while it leads, named `id`. */
+    interface Leadership {
+        void lead(String id) throws Exception;
     }
 
     static Lock mutex(InterProcessMutex mutex) {
@@ -62,42 +76,124 @@ public class CuratorPeer {
         };
     }
 
+    /** Reads the counter, and writes it back plus 1 a millisecond later. */
+    static void bump(Path counter) throws Exception {
+        int value = Integer.parseInt(Files.readString(counter).trim());
+        Thread.sleep(1);
+        Files.writeString(counter, Integer.toString(value + 1));
+    }
+
+    /** Who leads at `path`, as a LeaderSelector that never campaigns sees it: "" if none. */
+    static String leader(CuratorFramework client, String path) throws Exception {
+        LeaderSelector selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+            @Override
+            public void takeLeadership(CuratorFramework c) {}
+        });
+        try {
+            return selector.getLeader().getId();
+        } catch (KeeperException.NoNodeException e) {
+            return "";
+        }
+    }
+
+    /**
+     * Leads `times` times as the LeaderSelector participant curator-{pid} at `path`,
+     * doing `work` each time and campaigning again once it is done; fails if getLeader()
+     * names another while it leads.
+     */
+    static void elect(CuratorFramework client, String path, long times, Leadership work)
+            throws Exception {
+        String id = "curator-" + ProcessHandle.current().pid();
+        Semaphore led = new Semaphore(0);
+        AtomicReference<Exception> failure = new AtomicReference<>();
+        AtomicReference<LeaderSelector> self = new AtomicReference<>();
+        LeaderSelector selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+            @Override
+            public void takeLeadership(CuratorFramework c) {
+                try {
+                    String leader = self.get().getLeader().getId();
+                    if (!leader.equals(id)) {
+                        throw new IllegalStateException(id + " leads, but getLeader() names " + leader);
+                    }
+                    work.lead(id);
+                } catch (Exception e) {
+                    failure.compareAndSet(null, e);
+                } finally {
+                    led.release();
+                }
+            }
+        });
+        self.set(selector);
+        selector.setId(id);
+        selector.start();
+        for (long i = 0; i < times && failure.get() == null; i++) {
+            // Campaigns again once the last leadership is over, its node deleted.
+            while (i > 0 && !selector.requeue()) {
+                Thread.sleep(1);
+            }
+            led.acquire();
+        }
+        selector.close();
+        if (failure.get() != null) {
+            throw failure.get();
+        }
+    }
+
     public static void main(String[] args) throws Exception {
-        Path counter = Paths.get(args[3]);
+        String path = args[1];
+        Path file = Paths.get(args[3]);
         long iterations = Long.parseLong(args[4]);
         CuratorFramework client = CuratorFrameworkFactory.newClient(
             args[0], 10000, 5000, new RetryNTimes(100, 100));
         client.start();
-        InterProcessReadWriteLock readWrite = new InterProcessReadWriteLock(client, args[1]);
-        Lock lock = switch (args[2]) {
-            case "mutex" -> mutex(new InterProcessMutex(client, args[1]));
+        switch (args[2]) {
+            case "selector" -> elect(client, path, iterations, id -> bump(file));
+            case "lead" -> elect(client, path, 1, id -> {
+                Path written = Paths.get(file + ".tmp");
+                Files.writeString(written, id);
+                Files.move(written, file, StandardCopyOption.ATOMIC_MOVE);
+                while (Files.exists(file)) {
+                    Thread.sleep(10);
+                }
+            });
+            case "leader" -> Files.writeString(file, leader(client, path));
+            default -> count(client, path, args[2], file, iterations);
+        }
+        client.close();
+        System.exit(0);
+    }
+
+    /** Takes the lock `kind` at `path` `iterations` times, counting in `counter`. */
+    static void count(CuratorFramework client, String path, String kind, Path counter,
+            long iterations) throws Exception {
+        InterProcessReadWriteLock readWrite = new InterProcessReadWriteLock(client, path);
+        Lock lock = switch (kind) {
+            case "mutex" -> mutex(new InterProcessMutex(client, path));
             case "write" -> mutex(readWrite.writeLock());
             case "read" -> mutex(readWrite.readLock());
             default -> {
-                if (!args[2].startsWith("semaphore-")) {
-                    throw new IllegalArgumentException("no lock kind " + args[2]);
+                if (!kind.startsWith("semaphore-")) {
+                    throw new IllegalArgumentException("no lock kind " + kind);
                 }
-                int permits = Integer.parseInt(args[2].substring("semaphore-".length()));
-                yield semaphore(new InterProcessSemaphoreV2(client, args[1], permits));
+                int permits = Integer.parseInt(kind.substring("semaphore-".length()));
+                yield semaphore(new InterProcessSemaphoreV2(client, path, permits));
             }
         };
         for (long i = 0; i < iterations; i++) {
             try (AutoCloseable held = lock.acquire()) {
-                int value = Integer.parseInt(Files.readString(counter).trim());
-                Thread.sleep(1);
-                if (args[2].equals("read")) {
+                if (kind.equals("read")) {
+                    int value = Integer.parseInt(Files.readString(counter).trim());
+                    Thread.sleep(1);
                     int again = Integer.parseInt(Files.readString(counter).trim());
                     if (again != value) {
                         throw new IllegalStateException(
                             "the counter went from " + value + " to " + again + " under a read lock");
                     }
                 } else {
-                    Files.writeString(counter, Integer.toString(value + 1));
+                    bump(counter);
                 }
             }
         }
-        client.close();
-        System.exit(0);
     }
 }
 "#;
@@ -118,6 +214,11 @@ pub enum CuratorLock {
         /// The semaphore's count.
         permits: u32,
     },
+    /// A participant of `LeaderSelector` (an `InterProcessMutex` whose node holds its id),
+    /// named `curator-{pid}`, which campaigns again after each leadership: each iteration
+    /// is one leadership, which adds 1 to the counter; the process fails if
+    /// `getLeader()` names another while it leads.
+    LeaderSelector,
 }
 
 impl CuratorLock {
@@ -127,16 +228,18 @@ impl CuratorLock {
             CuratorLock::Write => "write".to_owned(),
             CuratorLock::Read => "read".to_owned(),
             CuratorLock::Semaphore { permits } => format!("semaphore-{permits}"),
+            CuratorLock::LeaderSelector => "selector".to_owned(),
         }
     }
 }
 
 /// A small Java program on Apache Curator 5 (Debian's `libcurator-recipes-java`), compiled
 /// with `javac` in its own temp dir, that takes a Curator lock in a loop: the other side of
-/// interoperability tests.
+/// interoperability tests. It also leads an election, or says who leads one, as
+/// Curator's `LeaderSelector` does ([`lead`](Self::lead), [`leader`](Self::leader)).
 ///
 /// Each process connects to ZooKeeper, then, `iterations` times, acquires the lock (within
-/// 60 s), reads the integer in a counter file, sleeps 1 ms, writes it back plus 1 (or, under
+/// 60 s; a [`CuratorLock::LeaderSelector`] leads, without a deadline), reads the integer in a counter file, sleeps 1 ms, writes it back plus 1 (or, under
 /// a [`CuratorLock::Read`] lock, checks that it did not change), and releases. Processes of
 /// the Rust store under test that update the same file the same way under the same path
 /// make a lost-update counter: it ends at the sum of all iterations only if no two writers
@@ -222,30 +325,74 @@ impl CuratorPeer {
         counter: &Path,
         iterations: u32,
     ) -> CuratorRun {
+        let mode = lock.arg();
+        let processes = (0..processes)
+            .map(|i| {
+                let what = format!("Curator peer {} of {processes} ({mode} on {path})", i + 1);
+                self.start(what, connect, path, &mode, counter, iterations)
+                    .unwrap_or_else(|e| panic!("{}", chain(&e)))
+            })
+            .collect();
+        CuratorRun { processes }
+    }
+
+    /// Starts a `LeaderSelector` participant, named `curator-{pid}`, at `path` on the
+    /// ZooKeeper at `connect`, which leads once: once it leads, it writes its id into the
+    /// file `announce` (whole, at once), and leads until that file is removed; then it
+    /// exits. It fails if `getLeader()` names another while it leads.
+    ///
+    /// # Panics
+    ///
+    /// If the process cannot be started.
+    #[track_caller]
+    pub fn lead(&self, connect: &str, path: &str, announce: &Path) -> CuratorRun {
+        let what = format!("Curator leader (on {path})");
+        let process = self.start(what, connect, path, "lead", announce, 1);
+        CuratorRun {
+            processes: vec![process.unwrap_or_else(|e| panic!("{}", chain(&e)))],
+        }
+    }
+
+    /// Who leads the election at `path` on the ZooKeeper at `connect`, as Curator's
+    /// `LeaderSelector.getLeader()` says in a process of its own: the id that the first
+    /// lock node's data holds, or an empty one if nobody leads. Blocks until that process
+    /// has answered.
+    pub fn leader(&self, connect: &str, path: &str) -> Result<String, HarnessError> {
+        static ASKED: AtomicUsize = AtomicUsize::new(0);
+        let answer = self
+            .dir
+            .join(format!("leader-{}", ASKED.fetch_add(1, Ordering::Relaxed)));
+        let what = format!("Curator getLeader() (on {path})");
+        let process = self.start(what, connect, path, "leader", &answer, 1)?;
+        process.wait(Instant::now() + ASK_TIMEOUT)?;
+        fs::read_to_string(&answer)
+            .map_err(|e| HarnessError::io(format!("read {}", answer.display()), e))
+    }
+
+    /// Starts the program, which `what` names in errors, in `mode` at `path` on the
+    /// ZooKeeper at `connect`, with its `file` and `iterations`.
+    fn start(
+        &self,
+        what: String,
+        connect: &str,
+        path: &str,
+        mode: &str,
+        file: &Path,
+        iterations: u32,
+    ) -> Result<Captured, HarnessError> {
         let classpath = format!(
             "{}:{}",
             self.dir.display(),
             classpath(&[CURATOR_JARS, &[SLF4J_SIMPLE_JAR]].concat())
         );
-        let processes = (0..processes)
-            .map(|i| {
-                let mut command = Command::new(JAVA);
-                command
-                    .args(FAST_JVM)
-                    .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-                    .args(["-cp", &classpath, CLASS, connect, path, &lock.arg()])
-                    .arg(counter)
-                    .arg(iterations.to_string());
-                let what = format!(
-                    "Curator peer {} of {processes} ({} on {path})",
-                    i + 1,
-                    lock.arg()
-                );
-                Captured::spawn(&mut command, what, java_error)
-                    .unwrap_or_else(|e| panic!("{}", chain(&e)))
-            })
-            .collect();
-        CuratorRun { processes }
+        let mut command = Command::new(JAVA);
+        command
+            .args(FAST_JVM)
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .args(["-cp", &classpath, CLASS, connect, path, mode])
+            .arg(file)
+            .arg(iterations.to_string());
+        Captured::spawn(&mut command, what, java_error)
     }
 }
 

@@ -177,6 +177,30 @@ fn curator_readers_see_no_write_under_their_lock() {
 }
 
 #[test]
+fn curator_leader_selectors_lead_one_at_a_time_and_name_their_leader() {
+    let server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let counter = counter_in(&peer);
+    let connect = server.connect_string();
+    let path = "/locks/elected";
+
+    let selector = CuratorLock::LeaderSelector;
+    let run = peer.spawn(3, &connect, path, selector, &counter, 30);
+    run.wait(RUN_TIMEOUT).unwrap();
+    assert_eq!(read_counter(&counter), 90);
+
+    let announce = peer.dir().join("leading");
+    let leading = peer.lead(&connect, path, &announce);
+    wait_until(RUN_TIMEOUT, "the participant to lead", || announce.exists());
+    let id = fs::read_to_string(&announce).unwrap();
+    assert!(id.starts_with("curator-"), "{id}");
+    assert_eq!(peer.leader(&connect, path).unwrap(), id);
+    fs::remove_file(&announce).unwrap();
+    leading.wait(RUN_TIMEOUT).unwrap();
+    assert_eq!(peer.leader(&connect, path).unwrap(), "", "nobody leads");
+}
+
+#[test]
 fn a_failing_peer_reports_its_exit_and_stack_trace() {
     let server = ZooKeeperServer::spawn();
     let peer = CuratorPeer::compile();

@@ -3,6 +3,7 @@
 //! server reaps. What every store does is the conformance suite's.
 
 use std::fs;
+use std::future::ready;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,6 +181,118 @@ async fn a_curator_acquirer_and_ours_wait_for_a_permit_in_turn() {
     eprintln!("both in {:?} after the release", released.elapsed());
     assert!(next.fencing_token() > first_token);
     next.release().await.unwrap();
+}
+
+/// How many times each candidate leads in the race of Curator's and our candidates.
+const LEADERSHIPS: u32 = 50;
+
+/// Campaigns as `id` in the election `name` `LEADERSHIPS` times, as the Curator
+/// participants do: each time it leads, `leader()` names it, and it adds 1 to the counter
+/// file before it resigns.
+async fn lead_under(locker: Locker, name: &str, id: String, counter: &Path) {
+    let election = locker.election(name);
+    let wait = LockOptions::new().wait(Duration::from_secs(60));
+    for _ in 0..LEADERSHIPS {
+        let leadership = election.campaign_with(&*id, wait).await.unwrap();
+        let leader = election.leader().await.unwrap().expect("someone leads");
+        assert_eq!(leader.id, id, "another is named while {id} leads");
+        assert_eq!(leader.fencing_token, leadership.fencing_token());
+        let value = read_counter(counter);
+        sleep(Duration::from_millis(1)).await;
+        fs::write(counter, (value + 1).to_string()).unwrap();
+        leadership.resign().await.unwrap();
+    }
+}
+
+/// Curator `LeaderSelector` participants and our candidates (each a session of its own)
+/// campaign in one election, `/locks/elected`, and each leader adds 1 to one counter: none
+/// is lost over the 300 leaderships, so no two ever led at once, and each side's leader
+/// was the first node by the other side's reckoning too (each checks that its own
+/// `leader()`, or `getLeader()`, names it).
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_leader_selectors_and_our_election_elect_one_leader_at_a_time() {
+    let server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let counter = peer.dir().join("counter");
+    fs::write(&counter, "0").unwrap();
+    let connect = server.connect_string();
+    let (path, selector) = ("/locks/elected", CuratorLock::LeaderSelector);
+    let run = peer.spawn(3, &connect, path, selector, &counter, LEADERSHIPS);
+    // Ours join once Curator's lead, lest they be done before the JVMs are up.
+    // (A leader may be writing it: anything but the "0" it began with will do.)
+    let started = counter.clone();
+    eventually(RUN_TIMEOUT, "a Curator participant to lead", move || {
+        ready(fs::read_to_string(&started).is_ok_and(|count| count != "0"))
+    })
+    .await;
+    let mut ours = Vec::new();
+    for i in 0..3 {
+        let locker = locker(&connect, Duration::from_secs(10)).await;
+        let counter = counter.clone();
+        ours.push(tokio::spawn(async move {
+            lead_under(locker, "elected", format!("ours-{i}"), &counter).await;
+        }));
+    }
+    for candidate in ours {
+        candidate.await.unwrap();
+    }
+    tokio::task::spawn_blocking(move || run.wait(RUN_TIMEOUT))
+        .await
+        .unwrap()
+        .expect("the Curator participants failed");
+    let leaderships = 6 * u64::from(LEADERSHIPS);
+    assert_eq!(read_counter(&counter), leaderships, "two led at once");
+}
+
+/// While our candidate leads, Curator's `getLeader()` names it; a Curator participant
+/// queued behind it leads once it resigns, with a greater fencing token, and our
+/// `leader()` names that participant by its id.
+#[tokio::test(flavor = "multi_thread")]
+async fn curator_and_our_election_name_each_others_leader() {
+    let server = ZooKeeperServer::spawn();
+    let peer = CuratorPeer::compile();
+    let connect = server.connect_string();
+    let (ours, follower) = (
+        locker(&connect, SESSION).await,
+        locker(&connect, SESSION).await,
+    );
+    let leadership = ours.election("named").campaign("ours").await.unwrap();
+    let named = tokio::task::block_in_place(|| peer.leader(&connect, "/locks/named"));
+    assert_eq!(
+        named.unwrap(),
+        "ours",
+        "Curator's getLeader(), ours leading"
+    );
+
+    let announce = peer.dir().join("leading");
+    let run = peer.lead(&connect, "/locks/named", &announce);
+    eventually(RUN_TIMEOUT, "the Curator participant to campaign", || {
+        let follower = follower.clone();
+        async move {
+            let info = follower.inspect("named").await.ok().flatten();
+            info.and_then(|info| info.waiting) == Some(1)
+        }
+    })
+    .await;
+    let ours_token = leadership.fencing_token();
+    leadership.resign().await.unwrap();
+    let announced = announce.clone();
+    eventually(PATIENCE, "the Curator participant to lead", move || {
+        ready(announced.exists())
+    })
+    .await;
+    let curator = fs::read_to_string(&announce).unwrap();
+    let leader = follower.election("named").leader().await.unwrap();
+    let leader = leader.expect("the Curator participant leads");
+    assert_eq!(leader.id, curator);
+    assert!(leader.fencing_token > ours_token);
+
+    fs::remove_file(&announce).unwrap();
+    tokio::task::spawn_blocking(move || run.wait(RUN_TIMEOUT))
+        .await
+        .unwrap()
+        .expect("the Curator participant failed");
+    assert_eq!(follower.election("named").leader().await.unwrap(), None);
 }
 
 /// A chroot in the connect string that does not exist yet is created, as Curator creates

@@ -70,6 +70,30 @@
 //! mend that. Share a lock between kazoo and this store only where no Curator client
 //! takes it.
 //!
+//! # Elections
+//!
+//! An [election](crate::Election) is laid out as Curator's `LeaderSelector` lays out
+//! its own: an `InterProcessMutex` on the election's path whose lock node holds the
+//! participant's id as its data (`LeaderSelector` overrides `getLockNodeBytes()`). The
+//! election `E` is the lock `E`, at `/locks/E`; a candidate campaigning as `id` creates
+//! `_c_{uuid}-lock-{seq}` there, as any exclusive hold does, with the UTF-8 bytes of `id`
+//! as its data, and leads while its node is first.
+//! [`Election::leader`](crate::Election::leader) and `inspect` read the first node's
+//! data, as `LeaderSelector.getLeader()` does. So `new LeaderSelector(client,
+//! "/locks/E", listener)` with `setId(id)` campaigns in the same election: one leads at a
+//! time across both, and each side names the other's leader. A plain lock's node holds
+//! no data, so `inspect` reports no holder id for it (and an empty id for it as a
+//! leader); a Curator `InterProcessMutex`'s node holds its client's default data (the
+//! local IP address, unless set), which `inspect` reports as its id, as Curator's
+//! `getLeader()` would.
+//!
+//! Curator's `LeaderLatch` is another layout, which does not share an election with this
+//! store: its nodes are `_c_{uuid}-latch-{seq}` (holding its id), and it orders every
+//! child of its path by the text after its last `latch-`, which puts ours, with none,
+//! after all of its own. This store does not count a `latch-` node as a contender, and a
+//! latch never waits for ours: a `LeaderLatch` on an election's path would lead beside
+//! this store's leader. Use `LeaderSelector` on the Java side.
+//!
 //! # Keys
 //!
 //! A key is one znode name as it stands, unless it could not be one: `/` is written
@@ -333,11 +357,12 @@ impl Store for ZooKeeperStore {
     }
 
     /// The lock's children, then each holder's node: each holder with its creation zxid
-    /// as its fencing token and no lease (the hold lasts as long as its session). The
-    /// kind as its node's name says it: exclusive for a fair lock too, whose nodes are the
-    /// same, or a semaphore with its stored count. `waiting` counts the nodes queued
-    /// behind the holders (every client's, Curator's included), or the leases beyond a
-    /// semaphore's count.
+    /// as its fencing token, the text of its data as its holder id (none if empty: see
+    /// [Elections](crate::backend::zookeeper#elections)), and no lease (the hold lasts as
+    /// long as its session). The kind as its node's name says it: exclusive for a fair
+    /// lock too, whose nodes are the same, or a semaphore with its stored count.
+    /// `waiting` counts the nodes queued behind the holders (every client's, Curator's
+    /// included), or the leases beyond a semaphore's count.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
     }

@@ -21,8 +21,8 @@ struct Holding {
 }
 
 impl ZooKeeperStore {
-    /// The holders of the lock `key`, each with its node's creation zxid (see
-    /// [`holding`]).
+    /// The holders of the lock `key` (see [`holding`]), each with its node's creation
+    /// zxid, and the id its node's data names (see [`holder_id`]).
     pub(super) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
         let session = self.0.sessions.current().await?;
         let store_key = self.store_key(key);
@@ -35,14 +35,15 @@ impl ZooKeeperStore {
             .map_err(|e| failed(key, "list its nodes", e))?;
         let mut shown = Vec::with_capacity(holders.len());
         for (node, name) in holders {
-            let stat = session
-                .retry(|| session.client.check_stat(&node))
-                .await
-                .map_err(|e| failed(key, "read a holder's node", e))?;
-            if let Some(stat) = stat {
-                let owner = path::owner_id(&name);
-                shown.push(HolderInfo::new(owner, None, Some(zxid(stat))));
-            }
+            let (data, stat) = match session.retry(|| session.client.get_data(&node)).await {
+                Ok(read) => read,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(failed(key, "read a holder's node", e)),
+            };
+            let owner = path::owner_id(&name);
+            shown.push(
+                HolderInfo::new(owner, None, Some(zxid(stat))).with_holder_id(holder_id(data)),
+            );
         }
         if shown.is_empty() {
             return Ok(None);
@@ -67,6 +68,12 @@ impl ZooKeeperStore {
         }
         Ok(forced)
     }
+}
+
+/// The id a holder's node names in its data, as Curator's `LeaderSelector` reads a
+/// participant's: none if the data is empty, or is not text.
+fn holder_id(data: Vec<u8>) -> Option<String> {
+    String::from_utf8(data).ok().filter(|id| !id.is_empty())
 }
 
 /// Who holds the lock at `store_key`: the first owner node, or the readers before

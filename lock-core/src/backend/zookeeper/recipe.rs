@@ -33,7 +33,8 @@ enum Turn {
 
 impl ZooKeeperStore {
     /// Takes the lock `request.key` as `request.kind` (exclusive, fair, read or write)
-    /// on `session`.
+    /// on `session`, its node holding the holder's id if it gave one (as Curator's
+    /// `LeaderSelector` writes its participant's id), for anyone who inspects the lock.
     pub(super) async fn lock(
         &self,
         session: &Session,
@@ -41,8 +42,9 @@ impl ZooKeeperStore {
     ) -> Result<Outcome, LockError> {
         let store_key = self.store_key(&request.key);
         let prefix = path::node_prefix(&request.token, request.kind);
-        let Some((node, fence)) = self.take_turn(session, &store_key, prefix, request).await?
-        else {
+        let data = request.holder_id.as_deref().unwrap_or_default().as_bytes();
+        let taken = self.take_turn(session, &store_key, prefix, data, request);
+        let Some((node, fence)) = taken.await? else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
         still_live(session, request)?;
@@ -53,19 +55,20 @@ impl ZooKeeperStore {
         Ok(Outcome::Acquired(Acquired::session(fence, lost)))
     }
 
-    /// Creates the node `{dir}/{prefix}{sequence}` and waits until it holds the lock
-    /// whose node is `dir`, or `request`'s deadline: the node, still [`Pending`], and its
-    /// creation zxid; `None` at the deadline, the node deleted.
+    /// Creates the node `{dir}/{prefix}{sequence}`, holding `data`, and waits until it
+    /// holds the lock whose node is `dir`, or `request`'s deadline: the node, still
+    /// [`Pending`], and its creation zxid; `None` at the deadline, the node deleted.
     pub(super) async fn take_turn(
         &self,
         session: &Session,
         dir: &str,
         prefix: String,
+        data: &[u8],
         request: &Acquire,
     ) -> Result<Option<(Pending, u64)>, LockError> {
         let key = &request.key;
         let mut pending = Pending::new(self, session, dir, prefix);
-        let (name, fence) = create(session, dir, &pending.prefix)
+        let (name, fence) = create(session, dir, &pending.prefix, data)
             .await
             .map_err(|e| failed(key, "create its node", e))?;
         pending.name = Some(name.clone());
@@ -98,19 +101,20 @@ pub(super) fn still_live(session: &Session, request: &Acquire) -> Result<(), Loc
     ))
 }
 
-/// Creates the node `{dir}/{prefix}{sequence}`, and `dir` with its parents if they are
-/// missing: its name and its creation zxid. After the connection broke under the create,
-/// it looks for its node by its prefix, which names its owner, before it creates another
-/// (up to [`RETRIES`] times in a row).
+/// Creates the node `{dir}/{prefix}{sequence}` holding `data`, and `dir` with its parents
+/// if they are missing: its name and its creation zxid. After the connection broke under
+/// the create, it looks for its node by its prefix, which names its owner, before it
+/// creates another (up to [`RETRIES`] times in a row).
 pub(super) async fn create(
     session: &Session,
     dir: &str,
     prefix: &str,
+    data: &[u8],
 ) -> Result<(String, u64), zk::Error> {
     let path = format!("{dir}/{prefix}");
     let mut retries = 0;
     loop {
-        match session.client.create(&path, &[], &NODE).await {
+        match session.client.create(&path, data, &NODE).await {
             Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), zxid(stat))),
             Err(zk::Error::NoNode) => {
                 session.retry(|| session.client.mkdir(dir, &PARENT)).await?;

@@ -50,7 +50,8 @@ impl ZooKeeperStore {
         keep_count(session, &store_key, key, permits).await?;
         let mutex = format!("{store_key}/{MUTEX}");
         let prefix = path::node_prefix(&request.token, LockKind::Exclusive);
-        let Some((mut mutex, _)) = self.take_turn(session, &mutex, prefix, request).await? else {
+        let taken = self.take_turn(session, &mutex, prefix, &[], request);
+        let Some((mut mutex, _)) = taken.await? else {
             return Ok(Outcome::Held { holder_ttl: None });
         };
         let prefix = path::node_prefix(&request.token, request.kind);
@@ -136,7 +137,7 @@ async fn wait_for_room(
     deadline: Instant,
 ) -> Result<Option<u64>, zk::Error> {
     let leases_dir = format!("{store_key}/{LEASES}");
-    let (mine, fence) = create(session, &leases_dir, &lease.prefix).await?;
+    let (mine, fence) = create(session, &leases_dir, &lease.prefix, &[]).await?;
     lease.name = Some(mine.clone());
     loop {
         let reconnect = session.next_connect();
