@@ -30,7 +30,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::{LockError, LockGuard, LockKind, LockOptions, Locker, MAX_HOLDER_ID_LEN};
+use crate::backend::Changed;
+use crate::{LockError, LockGuard, LockKey, LockKind, LockOptions, Locker, MAX_HOLDER_ID_LEN};
 
 /// How often [`Election::watch`] asks the store who leads, unless told otherwise.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -156,21 +157,25 @@ impl Election {
     }
 
     /// Who leads, kept current: the receiver holds the leader as last seen and changes
-    /// when another leads or none does. A task asks the store every
-    /// [`watch_interval`](Self::watch_interval) (so a follower learns of a new leader
-    /// within that interval and a round trip) and stops once every receiver is dropped.
-    /// A failed ask keeps the last answer and is logged.
+    /// when another leads or none does. A task asks the store who leads whenever the
+    /// store tells of a change ([`Store::watch_holders`](crate::backend::Store::watch_holders):
+    /// ZooKeeper does, so a follower learns of a new leader within a few round trips),
+    /// and every [`watch_interval`](Self::watch_interval) besides (on the other stores,
+    /// a follower learns within that interval and a round trip). It stops once every
+    /// receiver is dropped. A failed ask keeps the last answer and is logged.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, whose task it spawns.
     pub fn watch(&self) -> watch::Receiver<Option<Leader>> {
         let (tx, rx) = watch::channel(None);
         let election = self.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(election.watch_interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
             loop {
-                tokio::select! {
-                    () = tx.closed() => return,
-                    _ = ticks.tick() => {}
-                }
+                let changed = election.watch_holders().await;
                 match election.leader().await {
                     Ok(leader) => {
                         tx.send_if_modified(|seen| {
@@ -183,9 +188,28 @@ impl Election {
                         tracing::warn!(election = %election.name, error = %e, "could not learn who leads")
                     }
                 }
+                tokio::select! {
+                    () = tx.closed() => return,
+                    () = changed => {}
+                    _ = ticks.tick() => {}
+                }
             }
         });
         rx
+    }
+
+    /// A watch on who holds the election's lock, set before it is read; one that never
+    /// fires should the store fail to set it (the interval still applies).
+    async fn watch_holders(&self) -> Changed {
+        let key = LockKey::with_max_len(&self.name, self.locker.max_key_len());
+        let watched = match key {
+            Ok(key) => self.locker.store().watch_holders(&key).await,
+            Err(e) => Err(e),
+        };
+        watched.unwrap_or_else(|e| {
+            tracing::warn!(election = %self.name, error = %e, "could not watch who leads");
+            Box::pin(std::future::pending())
+        })
     }
 
     /// Leads and works: campaigns as `id`, runs `work(&leadership)` while leading, and

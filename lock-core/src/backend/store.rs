@@ -89,6 +89,18 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
         Box::pin(std::future::ready(Err(LockError::Config(reason))))
     }
 
+    /// Watches who holds the lock `key`, for a follower of an election
+    /// ([`Election::watch`](crate::Election::watch)): resolves once the watch is set,
+    /// with a future that resolves when the holders may have changed since (a hold taken,
+    /// released or ended), so that the follower inspects the lock again. The default, for
+    /// a store that cannot push such news, is a future that never resolves, and the
+    /// follower asks every [interval](crate::Election::watch_interval) instead.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Changed> {
+        let _ = key;
+        let never: Changed = Box::pin(std::future::pending());
+        Box::pin(std::future::ready(Ok(never)))
+    }
+
     /// Waits until the work this store started in the background has finished (such as
     /// giving back a lock whose acquire was cut short). Nothing, unless the store says
     /// otherwise.
@@ -103,6 +115,10 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
     /// store says otherwise.
     fn close(&self) {}
 }
+
+/// What [`Store::watch_holders`] gives: a future that resolves when the holders of a lock
+/// may have changed.
+pub type Changed = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The error of a store asked for a lock `kind` it does not have.
 pub(crate) fn unsupported<S: Store + ?Sized>(

@@ -183,7 +183,7 @@ pub use builder::{DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, ZooKeeperStoreBuil
 use holds::Holds;
 use session::{Connect, Sessions};
 
-use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::store::{Acquire, Changed, Hold, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks on a ZooKeeper ensemble, in Apache Curator's layout: see the
@@ -365,6 +365,12 @@ impl Store for ZooKeeperStore {
     /// included), or the leases beyond a semaphore's count.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
+    }
+
+    /// A watch on the lock's children (see [`Store::watch_holders`]): a follower of an
+    /// election hears of a new leader in a round trip.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Changed> {
+        Box::pin(self.watch_lock(key))
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {

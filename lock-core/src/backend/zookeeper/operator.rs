@@ -8,6 +8,7 @@ use super::recipe::{LEASES, delete, zxid};
 use super::semaphore::{MUTEX, contenders_and_leases, stored_count};
 use super::session::Session;
 use super::{ZooKeeperStore, failed};
+use crate::backend::Changed;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 /// Who holds a lock, as its nodes show it.
@@ -49,6 +50,29 @@ impl ZooKeeperStore {
             return Ok(None);
         }
         Ok(Some(LockInfo::new(kind, shown, Some(waiting))))
+    }
+
+    /// A watch on the children of the lock `key`'s node, or on its creation while it has
+    /// none: it fires when a contender comes or goes, which is when its holders may change.
+    pub(super) async fn watch_lock(&self, key: &LockKey) -> Result<Changed, LockError> {
+        let session = self.0.sessions.current().await?;
+        let store_key = self.store_key(key);
+        let listed = session
+            .retry(|| session.client.list_and_watch_children(&store_key))
+            .await;
+        let watcher = match listed {
+            Ok((_, watcher)) => watcher,
+            Err(zk::Error::NoNode) => {
+                let created = session
+                    .retry(|| session.client.check_and_watch_stat(&store_key))
+                    .await;
+                created.map_err(|e| failed(key, "watch its node", e))?.1
+            }
+            Err(e) => return Err(failed(key, "watch its nodes", e)),
+        };
+        Ok(Box::pin(async move {
+            watcher.changed().await;
+        }))
     }
 
     /// Deletes the nodes of the holders of the lock `key` (see [`holding`]): whether
