@@ -2,8 +2,8 @@
 //! `mariadb` command-line client sharing a lock under DistributedLock's name, sessions
 //! ended by `KILL` or a server restart (fencing tokens kept), permits coming back from a
 //! killed session and counted with a foreign client's, calls that end by their deadline
-//! while the server is silent, and a fenced counter that loses no update while holders
-//! are killed.
+//! while the server is silent, a fenced counter that loses no update while holders are
+//! killed, and a fence table of an earlier version gaining the holder's columns.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -305,4 +305,41 @@ async fn a_fenced_counter_loses_no_update_while_holders_are_killed() {
         refused.load(Ordering::SeqCst)
     );
     pool.disconnect().await.unwrap();
+}
+
+/// A fence table made by an earlier version (a name, a token, a semaphore's count and
+/// slots) gains the columns this one keeps (the holder's session and id) and keeps its
+/// tokens: a process holding nothing reads a leader's id and fencing token from it, and a
+/// plain lock taken later shows none of the leader's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_table_of_an_earlier_version_gains_the_holders_columns() {
+    let server = MariaDbServer::spawn();
+    server
+        .sql(
+            "CREATE TABLE lock_fences (name VARBINARY(255) PRIMARY KEY, \
+             token BIGINT UNSIGNED NOT NULL, permits INT UNSIGNED, slots INT UNSIGNED) \
+             ENGINE=InnoDB; INSERT INTO lock_fences (name, token) VALUES ('ledger', 41)",
+        )
+        .unwrap();
+    let candidate = Locker::mysql(&server.url()).await.unwrap();
+    let reader = Locker::mysql(&server.url()).await.unwrap();
+    let leadership = candidate
+        .election("ledger")
+        .campaign("replica-a")
+        .await
+        .unwrap();
+    assert_eq!(leadership.fencing_token(), 42);
+    let leader = reader.election("ledger").leader().await.unwrap();
+    let leader = leader.expect("someone leads");
+    assert_eq!(
+        (leader.id.as_str(), leader.fencing_token),
+        ("replica-a", 42)
+    );
+    leadership.resign().await.unwrap();
+
+    let guard = candidate.lock("ledger").await.unwrap();
+    let info = reader.inspect("ledger").await.unwrap().expect("held");
+    assert_eq!(info.holders[0].fencing_token, Some(43), "{info:?}");
+    assert_eq!(info.holders[0].holder_id, None, "{info:?}");
+    guard.release().await.unwrap();
 }

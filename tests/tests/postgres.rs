@@ -384,6 +384,43 @@ async fn a_fence_table_of_an_earlier_version_gains_the_new_columns() {
     permit.release().await.unwrap();
 }
 
+/// A fence table made by the version before holder ids (a name, a fence, a count, the
+/// last holder) gains their column: a process holding nothing reads a leader's id and
+/// fencing token from it, and a plain lock taken later shows none of the leader's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_table_without_holder_ids_gains_their_column() {
+    let server = PostgresServer::spawn();
+    let peer = foreign(&server).await;
+    peer.batch_execute(
+        "CREATE TABLE lock_fences (name text PRIMARY KEY, fence bigint NOT NULL, \
+         permits bigint, holder text, held_by int); \
+         INSERT INTO lock_fences (name, fence) VALUES ('ledger', 41)",
+    )
+    .await
+    .unwrap();
+    let candidate = Locker::postgres(&server.url()).await.unwrap();
+    let reader = Locker::postgres(&server.url()).await.unwrap();
+    let leadership = candidate
+        .election("ledger")
+        .campaign("replica-a")
+        .await
+        .unwrap();
+    assert_eq!(leadership.fencing_token(), 42);
+    let leader = reader.election("ledger").leader().await.unwrap();
+    let leader = leader.expect("someone leads");
+    assert_eq!(
+        (leader.id.as_str(), leader.fencing_token),
+        ("replica-a", 42)
+    );
+    leadership.resign().await.unwrap();
+
+    let guard = candidate.lock("ledger").await.unwrap();
+    let info = reader.inspect("ledger").await.unwrap().expect("held");
+    assert_eq!(info.holders[0].fencing_token, Some(43), "{info:?}");
+    assert_eq!(info.holders[0].holder_id, None, "{info:?}");
+    guard.release().await.unwrap();
+}
+
 /// Two holds of one name never share a session, so a store holds at most its connection
 /// bound of reads of one name at once: the further readers wait for a session to come
 /// free, and all get in.

@@ -117,6 +117,13 @@
 //! statement calls `GET_LOCK`, which a binary log in `STATEMENT` format cannot replay:
 //! use `ROW` or `MIXED` (each server's default).
 //!
+//! The same statement records, in the row, the connection id of the session that drew
+//! the token (`held_by`) and the holder id it was taken with (`holder_id`, such as an
+//! election candidate's id), so that `inspect` on any session, one that holds nothing
+//! included, reads the holder's fencing token and holder id when `IS_USED_LOCK` names
+//! that session. A fence table made by an earlier version gains the two columns on
+//! first use.
+//!
 //! # Sessions
 //!
 //! A hold lasts as long as its session. The server ends a session idle for longer than
@@ -260,14 +267,18 @@ impl MySqlStore {
         Ok(store)
     }
 
+    /// Creates the fence table if it is missing, then adds the columns an earlier version
+    /// made it without ([`sql::LATER_COLUMNS`]), only if one is missing: `ALTER TABLE`
+    /// would wait for every statement under way on the table, and hold up every later one
+    /// meanwhile.
     async fn create_fence_table(&self) -> Result<(), LockError> {
         let Some(serving) = self.0.locks.sessions.for_attempt().await? else {
             return Ok(());
         };
-        let statement = sql::create_fence_table(&self.0.fence_table);
+        let table = self.0.fence_table.clone();
         serving
             .session
-            .run(|conn| Box::pin(conn.query_drop(statement)))
+            .run(|conn| Box::pin(create_fence_table(conn, table)))
             .await
             .map_err(|e| {
                 LockError::backend(
@@ -391,16 +402,42 @@ impl Store for MySqlStore {
 
     /// As the server shows the lock: its holding session by its connection id (in 8 hex
     /// digits, in place of a token), as one exclusive holder however many holds it
-    /// stacks; and the sessions waiting, foreign ones included, where
+    /// stacks, with the fencing token and the holder id (an election leader's id) of its
+    /// hold as the fence table records them, so any session reads them (none for a
+    /// foreign holder); and the sessions waiting, foreign ones included, where
     /// `performance_schema` is on (else unknown; this store's other tasks wait behind its
     /// one waiting session, uncounted). A semaphore shows its stored count and one holder
-    /// per permit slot held, by the slot's number. No lease left, no fencing token.
+    /// per permit slot held, by the slot's number, without a fencing token. No lease left.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(self.0.locks.flush())
+    }
+}
+
+/// Creates the fence table `table` on `conn` if it is missing, and adds the
+/// [`sql::LATER_COLUMNS`] it lacks.
+async fn create_fence_table(conn: &mut Conn, table: String) -> Result<(), mysql_async::Error> {
+    conn.query_drop(sql::create_fence_table(&table)).await?;
+    let (database, name) = match table.split_once('.') {
+        Some((database, name)) => (Some(database), name),
+        None => (None, table.as_str()),
+    };
+    let present: Vec<String> = conn.exec(sql::FENCE_COLUMNS, (database, name)).await?;
+    let missing: Vec<&str> = sql::LATER_COLUMNS
+        .iter()
+        .filter(|(column, _)| !present.iter().any(|p| p.eq_ignore_ascii_case(column)))
+        .map(|&(_, created)| created)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    match conn.query_drop(sql::add_columns(&table, &missing)).await {
+        // ER_DUP_FIELDNAME: another store added them at the same moment.
+        Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(()),
+        added => added,
     }
 }
 

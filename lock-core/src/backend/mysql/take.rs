@@ -1,6 +1,6 @@
 //! Taking a lock on the server: one attempt on a shared session, or a wait inside the
-//! server on a session of its own, each drawing the fencing token in the statement that
-//! takes the lock.
+//! server on a session of its own, each drawing the fencing token, and recording the
+//! holder id beside it, in the statement that takes the lock.
 
 use mysql_async::Params;
 use mysql_async::prelude::Queryable;
@@ -30,7 +30,9 @@ pub(super) async fn once(
 ) -> Result<Option<u64>, LockError> {
     let deadline = request.deadline;
     let statement = sql::take_now(table);
-    let took = match fence(session, statement, (store_key, store_key).into()).await {
+    let holder_id = request.holder_id.as_deref();
+    let params = (store_key, holder_id, store_key, holder_id).into();
+    let took = match fence(session, statement, params).await {
         Ok(Took::Fenced(fence)) => Ok(Some(fence)),
         Ok(Took::Nothing) => Ok(None),
         Ok(Took::OnASemaphore) => {
@@ -71,8 +73,10 @@ pub(super) async fn wait(
     let left = deadline.saturating_duration_since(Instant::now());
     let seconds = left.as_secs_f64().max(0.001);
     let statement = sql::take_waiting(table);
+    let holder_id = request.holder_id.as_deref();
+    let params = (store_key, holder_id, store_key, seconds, holder_id).into();
     let waited = tokio::select! {
-        waited = fence(session, statement, (store_key, store_key, seconds).into()) => waited,
+        waited = fence(session, statement, params) => waited,
         () = abandoned.cancelled() => {
             kill(connect, session).await;
             return Ok(None);

@@ -104,7 +104,9 @@
 //! (name) DO UPDATE SET fence = fence + 1 RETURNING fence`, one row a key (in its `name`
 //! column), durable across server restarts. Only this crate's holders draw one: a foreign
 //! holder of the same key does not. The row also records the owner token of the hold taken
-//! last and its session's pid (`holder`, `held_by`), for `inspect`.
+//! last and its session's pid (`holder`, `held_by`), for `inspect`, and the holder id it
+//! was taken with (`holder_id`, such as an election candidate's id), written by the same
+//! statement, so that `inspect` on any session, one that holds nothing included, reads it.
 //!
 //! # Sessions
 //!
@@ -252,9 +254,9 @@ impl PostgresStore {
     }
 
     /// Creates the fence table if it is missing, then adds the columns an earlier version
-    /// made it without (`permits`, `holder`, `held_by`), only if one is missing:
-    /// `ALTER TABLE` would wait for every statement under way on the table, and hold up
-    /// every later one meanwhile.
+    /// made it without (`permits`, `holder`, `held_by`, `holder_id`), only if one is
+    /// missing: `ALTER TABLE` would wait for every statement under way on the table, and
+    /// hold up every later one meanwhile.
     async fn create_fence_table(&self) -> Result<(), LockError> {
         let Some(serving) = self.0.locks.sessions.for_attempt().await? else {
             return Ok(());
@@ -415,10 +417,10 @@ impl Store for PostgresStore {
 
     /// As `pg_locks` shows the lock: each holding session is one holder (this crate never
     /// stacks two holds of a key on one session). The one that took it last through
-    /// this crate shows its owner token, its fencing token and its kind, as the fence
-    /// table records them; any other by its backend's pid (in 8 hex digits, in place of
-    /// a token), a shared hold as a read and any other as exclusive. Then the sessions
-    /// waiting, foreign ones included (this store's other tasks wait behind its one
+    /// this crate shows its owner token, its fencing token, its holder id (an election
+    /// leader's id) and its kind, as the fence table records them, so any session reads
+    /// them; any other by its backend's pid (in 8 hex digits, in place of a token), a
+    /// shared hold as a read and any other as exclusive. Then the sessions waiting, foreign ones included (this store's other tasks wait behind its one
     /// waiting session, uncounted). A semaphore shows its stored count and one holder
     /// per permit slot held, by the slot's number. No lease left.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {

@@ -54,9 +54,9 @@ impl PostgresStore {
 /// What the rows of `pg_locks` for one advisory key say, each joined with the fence
 /// table's row of its key: each holding session is one holder (this store never stacks
 /// two holds of a lock on one session). The session that took the lock last through this
-/// crate, as the fence table records it, shows the owner token and the fencing token of
-/// its hold, and the kind it was taken as; any other session is shown by its backend's
-/// pid (in 8 hex digits), a shared hold as a read and any other as exclusive.
+/// crate, as the fence table records it, shows the owner token, the fencing token and the
+/// holder id of its hold, and the kind it was taken as; any other session is shown by its
+/// backend's pid (in 8 hex digits), a shared hold as a read and any other as exclusive.
 fn lock_info(rows: &[Row]) -> Result<Option<LockInfo>, tokio_postgres::Error> {
     let mut holders = Vec::new();
     let mut kind = None;
@@ -76,8 +76,9 @@ fn lock_info(rows: &[Row]) -> Result<Option<LockInfo>, tokio_postgres::Error> {
             Some(token) => {
                 let fence: i64 = row.try_get("fence")?;
                 let fence = u64::try_from(fence).ok();
+                let holder_id: Option<&str> = row.try_get("holder_id")?;
                 (
-                    HolderInfo::new(token, None, fence),
+                    HolderInfo::new(token, None, fence).with_holder_id(holder_id),
                     LockKind::of_owner_token(token),
                 )
             }

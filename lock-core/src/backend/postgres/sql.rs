@@ -43,37 +43,40 @@ pub(super) fn open_session(lease_ms: u128) -> String {
 }
 
 /// Creates the fence table if it is missing: one row a key, with its last fencing
-/// token (`fence`), its semaphore count (`permits`), and the owner token and backend pid
-/// of the hold taken last (`holder`, `held_by`).
+/// token (`fence`), its semaphore count (`permits`), and the owner token, backend pid
+/// and holder id of the hold taken last (`holder`, `held_by`, `holder_id`).
 /// No parameters; answers nothing.
 pub(super) fn create_fence_table(table: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (name text PRIMARY KEY, fence bigint NOT NULL, \
-         permits bigint, holder text, held_by int)"
+         permits bigint, holder text, held_by int, holder_id text)"
     )
 }
 
-/// Adds the columns `permits`, `holder` and `held_by` to a fence table made without
-/// them, and does nothing (no `ALTER TABLE`, which would queue behind every statement on
-/// the table) when all three are there.
+/// Adds the columns `permits`, `holder`, `held_by` and `holder_id` to a fence table made
+/// without them, and does nothing (no `ALTER TABLE`, which would queue behind every
+/// statement on the table) when all four are there.
 /// No parameters; answers nothing.
 pub(super) fn complete_fence_table(table: &str) -> String {
     format!(
         "DO $$ BEGIN \
          IF (SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
-           AND attname IN ('permits', 'holder', 'held_by') AND NOT attisdropped) < 3 THEN \
+           AND attname IN ('permits', 'holder', 'held_by', 'holder_id') \
+           AND NOT attisdropped) < 4 THEN \
          ALTER TABLE {table} ADD COLUMN IF NOT EXISTS permits bigint, \
-           ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS held_by int; \
+           ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS held_by int, \
+           ADD COLUMN IF NOT EXISTS holder_id text; \
          END IF; END $$"
     )
 }
 
 /// Takes the advisory lock as `attempt` (shared for a read), and draws its fencing token
-/// from `table`, recording there the owner token and the session's pid; unless the
-/// key's row says it has been a semaphore and one of its permits is held (`pg_locks`,
-/// read after the lock was taken): then it gives the lock back.
-/// `$1` the key (text), `$2` the owner token (text), `$3` the key's slots' `classid`
-/// (int8), `$4` the advisory key (int8), or `$4`, `$5` (int4, int4) for a pair.
+/// from `table`, recording there the owner token, the session's pid and the holder id;
+/// unless the key's row says it has been a semaphore and one of its permits is held
+/// (`pg_locks`, read after the lock was taken): then it gives the lock back.
+/// `$1` the key (text), `$2` the owner token (text), `$3` the holder id (text, null for
+/// none), `$4` the key's slots' `classid` (int8), `$5` the advisory key (int8), or `$5`,
+/// `$6` (int4, int4) for a pair.
 /// Answers one row, the fencing token (`fence`, int8), if it took the lock and kept it;
 /// no row if it gave it back, or ([`Attempt::Once`]) if the lock is held.
 pub(super) fn take(table: &str, shape: KeyShape, kind: LockKind, attempt: Attempt) -> String {
@@ -85,18 +88,19 @@ pub(super) fn take(table: &str, shape: KeyShape, kind: LockKind, attempt: Attemp
         (_, Attempt::Once) => ("pg_try_advisory_lock", "pg_advisory_unlock"),
         (_, Attempt::Wait) => ("pg_advisory_lock", "pg_advisory_unlock"),
     };
-    let args = key_args(shape, 4);
+    let args = key_args(shape, 5);
     let call = format!("{function}({args})");
     let taken = match attempt {
         Attempt::Once => call,
         Attempt::Wait => format!("{call} IS NOT NULL"),
     };
-    let permits_held = permits_held("$3");
+    let permits_held = permits_held("$4");
     format!(
-        "WITH fenced AS (INSERT INTO {table} (name, fence, holder, held_by) \
-           SELECT $1, 1, $2::text, pg_backend_pid() WHERE {taken} \
+        "WITH fenced AS (INSERT INTO {table} (name, fence, holder, held_by, holder_id) \
+           SELECT $1, 1, $2::text, pg_backend_pid(), $3::text WHERE {taken} \
            ON CONFLICT (name) DO UPDATE SET fence = {table}.fence + 1, \
-           holder = excluded.holder, held_by = excluded.held_by RETURNING fence, permits) \
+           holder = excluded.holder, held_by = excluded.held_by, \
+           holder_id = excluded.holder_id RETURNING fence, permits) \
          SELECT fence FROM fenced WHERE CASE WHEN permits IS NULL THEN true \
          WHEN NOT EXISTS ({permits_held}) THEN true ELSE NOT {unlock}({args}) END"
     )
@@ -219,11 +223,11 @@ pub(super) fn inspect_permits(table: &str) -> String {
 /// `$1`, `$2`, `$3` the advisory key as `pg_locks` shows it, `$4` the key (text).
 /// Answers one row a session holding or waiting: its backend's pid (`pid`, int4), its
 /// lock mode (`mode`, text: `ShareLock` for a shared hold), whether it holds it
-/// (`granted`, bool), and the row's `holder` (text), `held_by` (int4) and `fence`
-/// (int8), each null if the key has no row.
+/// (`granted`, bool), and the row's `holder` (text), `held_by` (int4), `fence` (int8)
+/// and `holder_id` (text), each null if the key has no row.
 pub(super) fn inspect(table: &str) -> String {
     format!(
-        "SELECT pid, mode, granted, holder, held_by, fence \
+        "SELECT pid, mode, granted, holder, held_by, fence, holder_id \
          FROM pg_locks LEFT JOIN {table} AS fences ON fences.name = $4 WHERE {}",
         key_locks(1)
     )

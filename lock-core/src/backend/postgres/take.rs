@@ -161,7 +161,8 @@ pub(super) async fn unlock(
 }
 
 /// Takes the lock and, if it was taken and no permit of the lock is held, draws the next
-/// fencing token of its key: one statement ([`sql::take`]), one round trip.
+/// fencing token of its key and records the hold's holder id beside it: one statement
+/// ([`sql::take`]), one round trip.
 async fn fence(
     session: &Session,
     sql: &str,
@@ -172,15 +173,16 @@ async fn fence(
     let client = &session.client;
     let key = request.key.as_str();
     let token: &str = &request.token;
+    let holder_id = request.holder_id.as_deref();
     let slots = Slots::of(key).classid();
     let sent = Instant::now();
     let rows = match store_key {
         AdvisoryKey::Bigint(k) => {
-            let params: [&(dyn ToSql + Sync); 4] = [&key, &token, &slots, &k];
+            let params: [&(dyn ToSql + Sync); 5] = [&key, &token, &holder_id, &slots, &k];
             client.query(&statement, &params).await?
         }
         AdvisoryKey::Pair(high, low) => {
-            let params: [&(dyn ToSql + Sync); 5] = [&key, &token, &slots, &high, &low];
+            let params: [&(dyn ToSql + Sync); 6] = [&key, &token, &holder_id, &slots, &high, &low];
             client.query(&statement, &params).await?
         }
     };
