@@ -306,7 +306,9 @@ async fn a_follower_hears_of_a_new_leader_from_a_watch() {
         locker(&connect, SESSION).await,
         locker(&connect, SESSION).await,
     ];
-    let election = follower.election("watched").watch_interval(Duration::from_secs(3600));
+    let election = follower
+        .election("watched")
+        .watch_interval(Duration::from_secs(3600));
     let watch = election.watch();
     let seen = |id: Option<&'static str>| {
         let mut watch = watch.clone();

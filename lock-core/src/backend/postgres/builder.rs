@@ -8,9 +8,10 @@ use std::time::Duration;
 use tokio_postgres::Config;
 
 use super::PostgresStore;
+use super::connector::{Tls, connector};
 use super::key::KeyMapping;
 use super::session::Connect;
-use super::ssl::{Ssl, Tls};
+use super::ssl::Ssl;
 use crate::backend::sql::check_table;
 use crate::backend::{IntoStore, Store, StoreFuture};
 use crate::locker::builder::ChosenBy;
@@ -191,7 +192,7 @@ impl PostgresStoreBuilder {
             )));
         }
         check_table("postgres", &self.fence_table, "schema.name")?;
-        let tls = self.trusting(ssl)?.connector()?;
+        let tls = connector(&self.trusting(ssl)?)?;
         Ok((config, tls))
     }
 

@@ -171,6 +171,7 @@
 //! `channel_binding=prefer` allows); client certificates are not supported.
 
 mod builder;
+mod connector;
 mod key;
 mod operator;
 mod semaphore;

@@ -12,9 +12,9 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, Socket, Statement};
 use tokio_util::sync::CancellationToken;
 
+use super::connector::Tls;
 use super::key::AdvisoryKey;
 use super::sql;
-use super::ssl::Tls;
 use crate::LockError;
 use crate::backend::sql::sessions::{self, Connector, SessionState};
 

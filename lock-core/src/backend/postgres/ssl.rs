@@ -116,37 +116,6 @@ impl Ssl {
     }
 }
 
-/// The connector tokio-postgres opens TLS through.
-#[cfg(feature = "tls")]
-pub(super) type Tls = super::tls::MakeTls;
-/// No TLS: without the `tls` feature, only the url's `disable` and `prefer` modes
-/// connect, plainly.
-#[cfg(not(feature = "tls"))]
-pub(super) type Tls = tokio_postgres::NoTls;
-
-impl Ssl {
-    /// The connector for these settings.
-    #[cfg(feature = "tls")]
-    pub(super) fn connector(&self) -> Result<Tls, LockError> {
-        super::tls::MakeTls::new(self)
-    }
-
-    /// No TLS; `Config` if the settings ask for it.
-    #[cfg(not(feature = "tls"))]
-    pub(super) fn connector(&self) -> Result<Tls, LockError> {
-        let asks = match self.mode {
-            SslMode::Disable | SslMode::Prefer => self.root.as_ref().map(|_| "sslrootcert".into()),
-            mode => Some(format!("sslmode={}", mode.name())),
-        };
-        match asks {
-            Some(setting) => Err(LockError::Config(format!(
-                "postgres {setting} needs TLS, which needs lock-core's `tls` feature"
-            ))),
-            None => Ok(tokio_postgres::NoTls),
-        }
-    }
-}
-
 /// One parameter of a url: its key and value, decoded, and its text in the url.
 struct Param<'a> {
     key: String,
