@@ -156,6 +156,7 @@ struct OwnedHold {
     kind: LockKind,
     /// Its fencing token on the master, where known (no store releases by it).
     fence: u64,
+    holder_id: Option<Arc<str>>,
 }
 
 impl OwnedHold {
@@ -166,6 +167,7 @@ impl OwnedHold {
             token: request.token.clone(),
             kind: request.kind,
             fence,
+            holder_id: request.holder_id.clone(),
         }
     }
 
@@ -175,6 +177,7 @@ impl OwnedHold {
             token: &self.token,
             kind: self.kind,
             fence: self.fence,
+            holder_id: self.holder_id.as_deref(),
         }
     }
 }

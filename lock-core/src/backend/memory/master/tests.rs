@@ -86,6 +86,7 @@ async fn release_elsewhere(store: &RedLock<Slow>, i: usize) {
         token: "someone-else",
         kind: LockKind::Exclusive,
         fence: 0,
+        holder_id: None,
     };
     assert!(Store::release(&store.master(i).store, &hold).await.unwrap());
 }
