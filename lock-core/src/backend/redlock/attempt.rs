@@ -294,7 +294,7 @@ impl<M: Master> RedLock<M> {
         {
             asks.keep_late_grants();
             return Ok(Attempt::Acquired {
-                fence: self.fence(&tally.granted),
+                fence: self.fence(request.kind, &tally.granted),
                 until,
             });
         }
