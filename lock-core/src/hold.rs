@@ -38,6 +38,8 @@ pub(crate) struct Hold {
     pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
     pub(crate) kind: LockKind,
+    /// What the holder calls itself, for the store to renew and release with the hold.
+    pub(crate) holder_id: Option<Arc<str>>,
     /// What the lock is, for metrics and traces ([`crate::LockOptions::label`]).
     pub(crate) label: Option<&'static str>,
     /// When it was taken.
@@ -78,6 +80,7 @@ impl Hold {
             token: request.token,
             fence,
             kind: request.kind,
+            holder_id: request.holder_id,
             label: opts.label,
             taken_at: Instant::now(),
             context,
@@ -118,6 +121,7 @@ impl Hold {
             token: &self.token,
             kind: self.kind,
             fence: self.fence,
+            holder_id: self.holder_id.as_deref(),
         }
     }
 

@@ -1066,6 +1066,39 @@ async fn a_waiting_writer_is_woken_by_the_last_read_not_by_the_poll() {
     }
 }
 
+/// A leader's holder id is a key of its own beside the lock key, which holds the owner's
+/// token alone: set with the lock, renewed with it, gone with its release. A plain lock
+/// makes none.
+#[tokio::test]
+async fn a_holder_id_is_kept_beside_the_lock_and_goes_with_it() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    let id_key = format!("{}:holder_id", lock_key("led"));
+    let has_id_key = || keys_of(&server, "led").iter().any(|(k, _)| *k == id_key);
+
+    let plain = locker.lock("led").await.unwrap();
+    assert!(!has_id_key(), "a plain lock made a holder id");
+    plain.release().await.unwrap();
+
+    let opts = LockOptions::new().lease(SEC);
+    let leadership = locker
+        .election("led")
+        .campaign_with("replica-a", opts)
+        .await
+        .unwrap();
+    let owner = server.cmd(&["GET", &lock_key("led")]).unwrap();
+    let owner = owner.as_str().unwrap().to_owned();
+    assert!(owner.ends_with(":x"), "the lock key holds {owner:?}");
+    let kept = server.cmd(&["GET", &id_key]).unwrap();
+    assert_eq!(kept.as_str(), Some(format!("{owner}\nreplica-a").as_str()));
+    // Three leases on, the watchdog has renewed both.
+    tokio::time::sleep(3 * SEC).await;
+    let pttl = server.cmd(&["PTTL", &id_key]).unwrap().as_int().unwrap();
+    assert!(pttl > 0, "the holder id ran out: {pttl}");
+    leadership.resign().await.unwrap();
+    assert!(!has_id_key(), "the holder id outlived its lock");
+}
+
 /// The keys of lock `name` on `server` (its store key and those beside it), with each
 /// one's expiry in ms (-1: none).
 fn keys_of(server: &RedisServer, name: &str) -> Vec<(String, i64)> {

@@ -247,6 +247,9 @@ pub struct Hold<'a> {
     pub kind: LockKind,
     /// Its fencing token.
     pub fence: u64,
+    /// What the holder calls itself, as in its [`Acquire`]: a store that keeps it beside
+    /// the hold renews and releases it with the hold. `None` for a plain lock.
+    pub holder_id: Option<&'a str>,
 }
 
 /// A lease to renew.

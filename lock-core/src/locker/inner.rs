@@ -101,13 +101,15 @@ impl Inner {
         self.background.spawn_on(release.instrument(span), &runtime);
     }
 
-    /// Releases, in the background, the hold of `key` by the owner `token`.
+    /// Releases, in the background, the hold of `key` by the owner `token` (calling
+    /// itself `holder_id`).
     pub(crate) fn release_in_background(
         &self,
         key: LockKey,
         token: Arc<str>,
         kind: LockKind,
         fence: u64,
+        holder_id: Option<Arc<str>>,
     ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(key = %key, "no tokio runtime to release the lock in; its hold will expire");
@@ -121,6 +123,7 @@ impl Inner {
                 token: &token,
                 kind,
                 fence,
+                holder_id: holder_id.as_deref(),
             };
             if let Err(e) = store.release(&hold).await {
                 tracing::warn!(error = %e, "background release failed; the hold will expire");

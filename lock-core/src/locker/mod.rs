@@ -236,6 +236,7 @@ impl Locker {
                             request.token.clone(),
                             request.kind,
                             late.fence,
+                            request.holder_id.clone(),
                         );
                         if Instant::now() >= request.deadline {
                             break None;

@@ -3,6 +3,8 @@
 -- KEYS[1] lock key   P{K}
 -- KEYS[2] holders    P{K}:readers or P{K}:holders for a shared hold; the lock key again
 --                    (unused) for the others
+-- KEYS[3] holder id  P{K}:holder_id, only for an exclusive owner that named itself: its
+--                    expiry is reset too
 -- ARGV[1] owner token
 -- ARGV[2] new lease in milliseconds
 -- ARGV[3] '' for an exclusive, fair or write hold; else the sharing's mark ('read' or
@@ -11,6 +13,9 @@
 local lock, token, lease, mark = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 if mark == '' then
   if redis.call('GET', lock) == token then
+    if KEYS[3] then
+      redis.call('PEXPIRE', KEYS[3], lease)
+    end
     return redis.call('PEXPIRE', lock, lease)
   end
   return 0

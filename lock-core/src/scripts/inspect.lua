@@ -5,7 +5,8 @@
 -- KEYS[4] permit holders   P{K}:holders   sorted set: token -> lease end (server ms)
 -- KEYS[5] count            P{K}:permits
 -- KEYS[6] waiting Lockers  P{K}:lockers
--- Returns nil when nobody holds the lock; else {mark, count, lockers, fence, holders}:
+-- KEYS[7] holder id        P{K}:holder_id
+-- Returns nil when nobody holds the lock; else {mark, count, lockers, fence, holders, id}:
 -- - mark: '' for an owner (exclusive, fair or write, as its token's last letter says),
 --   else 'read' or 'semaphore';
 -- - count: a semaphore's stored count, nil for the others or if it ran out;
@@ -14,7 +15,9 @@
 --   holder's token, not each one's). Every script that draws a token draws it as it makes
 --   its caller a holder, which none does while an owner holds the lock: the counter's
 --   value is the owner's token (nil if the counter ran out);
--- - holders: {token, lease left in ms (-1: no expiry)} for each holder.
+-- - holders: {token, lease left in ms (-1: no expiry)} for each holder;
+-- - id: an owner's holder id, left out (nil) for one that named itself nothing and for
+--   shared holds.
 local lock = KEYS[1]
 local owner = redis.call('GET', lock)
 if not owner then
@@ -23,7 +26,8 @@ end
 local lockers = redis.call('ZCARD', KEYS[6])
 if owner ~= 'read' and owner ~= 'semaphore' then
   local fence = redis.call('GET', KEYS[2])
-  return {'', false, lockers, fence, {{owner, redis.call('PTTL', lock)}}}
+  local holder = {{owner, redis.call('PTTL', lock)}}
+  return {'', false, lockers, fence, holder, holder_id_of(KEYS[7], owner)}
 end
 local holders, count = KEYS[3], false
 if owner == 'semaphore' then

@@ -3,6 +3,7 @@
 -- KEYS[1] lock key          P{K}
 -- KEYS[2] waiting Lockers   P{K}:lockers
 -- KEYS[3] release channel   P{K}:released (a Locker's own: this, ':', its id)
+-- KEYS[4] holder id         P{K}:holder_id, only for an owner that named itself: it goes too
 -- ARGV[1] owner token
 -- ARGV[2] the caller's Locker ('' for none)
 -- ARGV[3] '1' when tasks of the caller's Locker wait for the lock too
@@ -12,6 +13,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+if KEYS[4] then
+  redis.call('DEL', KEYS[4])
+end
 local own, own_waits = ARGV[2], ARGV[3] == '1'
 if wake_a_locker(KEYS[2], KEYS[3], own) then
   if own_waits then

@@ -58,6 +58,13 @@ impl Fence {
         self.last = self.last.max(to);
     }
 
+    /// The last token drawn, or raised to, while the counter is kept (what Redis answers
+    /// for its counter): a RedLock master's, from which RedLock reads an owner's token.
+    #[cfg(any(feature = "redis", test))]
+    pub(super) fn kept(&self, now: Instant) -> Option<u64> {
+        (!self.expired(now)).then_some(self.last)
+    }
+
     /// Keeps the counter at least `ttl` from `now`.
     pub(super) fn keep(&mut self, now: Instant, ttl: Duration) {
         self.expires_at = self.expires_at.max(now + ttl);

@@ -15,6 +15,7 @@ use super::MemoryStore;
 use crate::backend::redlock::master::{Holders, LastWaiter, Master};
 use crate::backend::store::Acquire;
 use crate::backend::wait::{Attempt, Left};
+use crate::kind::Sharing;
 use crate::{LockError, LockKey};
 
 /// When a fence counter is raised.
@@ -72,14 +73,20 @@ impl Master for MemoryStore {
         let now = Instant::now();
         let holders = self.inspect(key.as_str()).map(|info| {
             let state = self.state();
-            let live = state.entries.get(key.as_str()).map(|e| {
+            let entry = state.entries.get(key.as_str());
+            let live = entry.map(|e| {
                 let live = e.holders.iter().filter(|h| h.ends.live(now));
                 live.map(|h| (h.token.clone(), h.ends.left(now))).collect()
             });
+            // An owner's counter and id, as a Redis master keeps them.
+            let owner = info.kind.is_some_and(|k| k.sharing() == Sharing::Owner);
+            let owner_id = info.holders.into_iter().next().and_then(|h| h.holder_id);
             Holders {
                 kind: info.kind,
                 holders: live.unwrap_or_default(),
                 waiting: info.waiting.unwrap_or_default(),
+                fence: entry.filter(|_| owner).and_then(|e| e.fence.kept(now)),
+                holder_id: owner_id.filter(|_| owner),
             }
         });
         ready(Ok(holders))

@@ -36,10 +36,13 @@ impl RedisStore {
     }
 
     /// How the holder of exclusive lock `key` gives it back: to a local waiter if one can
-    /// be handed it, else free. One look at the lock's line serves both.
-    pub(super) fn plan_release(&self, key: &RedisKey) -> ReleasePlan {
+    /// be handed it, else free. One look at the lock's line serves both. A holder that
+    /// `named` itself frees it: a hand-over sets the waiter's token alone, and would leave
+    /// the holder id behind.
+    pub(super) fn plan_release(&self, key: &RedisKey, named: bool) -> ReleasePlan {
         let line = self.0.lines.get(key.as_str());
         if self.0.local_handovers > 0
+            && !named
             && let Some(line) = &line
             && let Some(waiter) = line.claim_for_handover(self.0.local_handovers)
         {
@@ -89,7 +92,8 @@ impl RedisStore {
         if waiter.handed_over(fence, sent_at + lease) == Leftover::Release {
             let own_waiters = self.own_waiters(self.0.lines.get(key.as_str()).as_deref());
             let freed = self
-                .free_exclusive(&mut conn, key, &waiter.token, own_waiters)
+                // A waiter that names itself is never handed a lock: this one kept no id.
+                .free_exclusive(&mut conn, key, &waiter.token, false, own_waiters)
                 .await;
             if let Err(e) = freed {
                 tracing::warn!(key = %key, error = %e, "could not free a lock handed to a waiter that gave up; the lease will expire");

@@ -26,6 +26,9 @@ const WRITERS: &str = ":writers";
 const HOLDERS: &str = ":holders";
 /// A semaphore's count, `P{K}:permits`.
 const PERMITS: &str = ":permits";
+/// What the owner of an exclusive lock calls itself, if it named itself,
+/// `P{K}:holder_id`.
+const HOLDER_ID: &str = ":holder_id";
 /// The stem of the lock's wake-up channels, `P{K}:released`: each `Locker` listens on
 /// its own, the stem, `:`, and the `Locker`'s id.
 const CHANNEL: &str = ":released";
@@ -84,6 +87,10 @@ impl RedisKey {
 
     pub(super) fn permits(&self) -> String {
         self.suffixed(PERMITS)
+    }
+
+    pub(super) fn holder_id(&self) -> String {
+        self.suffixed(HOLDER_ID)
     }
 
     /// The stem of the lock's wake-up channels.
@@ -166,10 +173,11 @@ mod tests {
         assert_eq!(key.writers(), "lock:{balance:42}:writers");
         assert_eq!(key.holders(), "lock:{balance:42}:holders");
         assert_eq!(key.permits(), "lock:{balance:42}:permits");
+        assert_eq!(key.holder_id(), "lock:{balance:42}:holder_id");
     }
 
     /// Every store key of each lock, with the names they are made by.
-    fn store_keys(key: &RedisKey) -> [String; 9] {
+    fn store_keys(key: &RedisKey) -> [String; 10] {
         [
             key.as_str().to_owned(),
             key.fence(),
@@ -180,6 +188,7 @@ mod tests {
             key.writers(),
             key.holders(),
             key.permits(),
+            key.holder_id(),
         ]
     }
 

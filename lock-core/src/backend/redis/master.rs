@@ -85,6 +85,8 @@ impl Master for RedisStore {
             kind: seen.kind(),
             holders: seen.holders,
             waiting: seen.lockers,
+            fence: seen.fence,
+            holder_id: seen.holder_id,
         }))
     }
 

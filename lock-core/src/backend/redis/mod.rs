@@ -10,6 +10,13 @@
 //! [`bb8`], [`bb8_redis`]), so that a pool given to
 //! [`RedisStoreBuilder::pool`] has the versions this crate uses; and so are the defaults
 //! of a Redis store's settings (such as [`DEFAULT_NAMESPACE`]).
+//!
+//! A lock `K` is the key `P{K}` (`P` the namespace), holding its owner's token alone, as
+//! redis-py, node-redlock and redsync expect; its other keys are `P{K}:<suffix>`, in the
+//! same hash tag. An owner that names itself (an [election](crate::Election)'s
+//! candidate) keeps its holder id in `P{K}:holder_id`, set with the lock by the same
+//! script, given the same expiry, renewed and deleted with it; a plain lock's calls never
+//! touch that key. On RedLock each master keeps it so.
 
 // The layout of this folder:
 //
@@ -296,9 +303,14 @@ impl RedisStore {
         how: Release,
     ) -> redis::RedisResult<bool> {
         let call = match how {
+            // Not a holder that named itself (those release in `release_exclusive`): a
+            // holder id left by an acquire cut short names a token that no longer holds
+            // the lock, and runs out with its lease.
             Release::Holder(LockKind::Exclusive) => {
                 let own_waiters = self.own_waiters(self.0.lines.get(key.as_str()).as_deref());
-                return self.free_exclusive(conn, key, token, own_waiters).await;
+                return self
+                    .free_exclusive(conn, key, token, false, own_waiters)
+                    .await;
             }
             Release::Holder(LockKind::Fair) => fair::release_call(
                 &self.0.scripts.fair_release,
@@ -371,9 +383,13 @@ impl RedisStore {
                 .map(|(r, key)| {
                     let sharing = r.hold.kind.sharing();
                     let holders = shared::holders(sharing, key);
-                    let mut call = self.0.scripts.extend.key(key.as_str());
-                    call.key(holders.as_deref().unwrap_or(key.as_str()))
-                        .arg(r.hold.token)
+                    let named = r.hold.holder_id.is_some();
+                    let mut call = self.0.scripts.extend.key_named(named, key.as_str());
+                    call.key(holders.as_deref().unwrap_or(key.as_str()));
+                    if named {
+                        call.key(key.holder_id());
+                    }
+                    call.arg(r.hold.token)
                         .arg(millis(r.lease))
                         .arg(shared::mark(sharing));
                     call
@@ -438,39 +454,46 @@ impl RedisStore {
         Ok(fair::attempt(reply, sent))
     }
 
-    /// Releases exclusive lock `key` if `token` holds it: to a local waiter when one can
-    /// be handed it, else free, waking one waiting `Locker`. Not retried on a fresh
-    /// connection: had the first attempt gone through, the retry would report the lock as
-    /// not held.
-    async fn release_exclusive(&self, key: &RedisKey, token: &str) -> Result<bool, LockError> {
-        match self.plan_release(key) {
+    /// Releases exclusive lock `key` if `token` holds it (with its holder id, if `named`):
+    /// to a local waiter when one can be handed it, else free, waking one waiting
+    /// `Locker`. Not retried on a fresh connection: had the first attempt gone through,
+    /// the retry would report the lock as not held.
+    async fn release_exclusive(
+        &self,
+        key: &RedisKey,
+        token: &str,
+        named: bool,
+    ) -> Result<bool, LockError> {
+        match self.plan_release(key, named) {
             ReleasePlan::Handover(claim) => {
                 let span = tracing::debug_span!("lock_handover");
                 self.hand_over(key, token, claim).instrument(span).await
             }
             ReleasePlan::Free(own_waiters) => {
                 let mut conn = self.0.connection.get().await?;
-                self.free_exclusive(&mut conn, key, token, own_waiters)
+                self.free_exclusive(&mut conn, key, token, named, own_waiters)
                     .await
                     .map_err(|e| self.0.connection.error("release", e))
             }
         }
     }
 
-    /// Frees exclusive lock `key` on `conn` if `token` holds it, and wakes the `Locker`
-    /// that has waited longest (this one's waiters too, behind the others, if
-    /// `own_waiters` say they listen). Says whether `token` held it.
+    /// Frees exclusive lock `key` on `conn` if `token` holds it (with its holder id, if
+    /// `named`), and wakes the `Locker` that has waited longest (this one's waiters too,
+    /// behind the others, if `own_waiters` say they listen). Says whether `token` held it.
     async fn free_exclusive(
         &self,
         conn: &mut Conn,
         key: &RedisKey,
         token: &str,
+        named: bool,
         own_waiters: OwnWaiters,
     ) -> RedisResult<bool> {
         let call = exclusive::release_call(
             &self.0.scripts,
             key,
             token,
+            named,
             self.listening_id(),
             own_waiters,
         );
@@ -517,7 +540,8 @@ impl RedisStore {
             .key(key.readers())
             .key(key.holders())
             .key(key.permits())
-            .key(key.lockers());
+            .key(key.lockers())
+            .key(key.holder_id());
         self.0
             .connection
             .run_in_hand("inspect a lock", |mut in_hand| {
@@ -563,7 +587,10 @@ impl Store for RedisStore {
         Box::pin(async move {
             let key = self.key(hold.key);
             match hold.kind {
-                LockKind::Exclusive => self.release_exclusive(&key, hold.token).await,
+                LockKind::Exclusive => {
+                    let named = hold.holder_id.is_some();
+                    self.release_exclusive(&key, hold.token, named).await
+                }
                 kind => {
                     let mut conn = self.0.connection.get().await?;
                     self.release_on(&mut conn, &key, hold.token, Release::Holder(kind))
@@ -612,6 +639,7 @@ impl Store for RedisStore {
             let mut call = self.0.scripts.force_unlock.key(key.as_str());
             call.key(key.readers())
                 .key(key.holders())
+                .key(key.holder_id())
                 .key(key.lockers())
                 .key(key.channel());
             self.0
@@ -638,7 +666,8 @@ impl Store for RedisStore {
     /// is 0): after one, a holder's token carries the epoch its own connection saw, which
     /// Redis does not record. `waiting` counts the `Locker`s registered to be woken: not
     /// their tasks, not a `Locker` that polls without wake-ups, and not one just woken
-    /// until its waiter asks again.
+    /// until its waiter asks again. An owner that named itself shows its holder id, kept
+    /// in `P{K}:holder_id` beside the lock key, which holds its token alone.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(async move { Ok(self.seen(key).await?.map(Seen::info)) })
     }

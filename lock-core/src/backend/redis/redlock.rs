@@ -1,6 +1,10 @@
 //! RedLock over Redis masters: the store this crate offers for one lock over N
 //! independent Redis servers, each a [`RedisStore`] of its own spoken to as a
 //! [master](super::master). The quorum itself is [`crate::backend::redlock`]'s.
+//!
+//! Each master keeps a lock as a Redis store does: an owner that names itself (an
+//! election's candidate) keeps its holder id in `P{K}:holder_id` beside the lock key, on
+//! every master that grants it, renewed and deleted with the hold there.
 
 use std::future::Future;
 
@@ -82,10 +86,14 @@ impl Store for RedLockStore {
     /// is asked, and a majority must answer ([`LockError::Quorum`](crate::LockError::Quorum)
     /// otherwise). A holder is shown when as many masters as its kind's quorum show it
     /// (those its guard needs), with the lease left that this many of them still give it
-    /// (without the guard's drift allowance); no fencing token (the guard's is reckoned
-    /// from the granting masters' counters, which no master records); `waiting` is the
-    /// most `Locker`s that a majority of the masters count. The kind as on
-    /// [Redis](super::RedisStore).
+    /// (without the guard's drift allowance). An owner shows its guard's fencing token,
+    /// read back from the fence counters that this many of those masters keep alike (the
+    /// granting masters drew it, or were raised to it): `None` should fewer keep it (a
+    /// counter ran out, or its master did not answer); readers and permits show none,
+    /// their tokens being recorded by no master. An owner that named itself shows its
+    /// holder id, which each master keeps in `P{K}:holder_id` beside the lock key.
+    /// `waiting` is the most `Locker`s that a majority of the masters count. The kind as
+    /// on [Redis](super::RedisStore).
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         self.0.inspect(key)
     }

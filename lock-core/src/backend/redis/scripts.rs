@@ -64,11 +64,18 @@ impl LockScript {
     /// gathered first as redis-rs's `ScriptInvocation` does (BENCHMARKS.md, "Where the
     /// regression went").
     pub(super) fn key<T: ToRedisArgs>(&self, key: T) -> ScriptCall<'_> {
+        self.key_named(false, key)
+    }
+
+    /// A call of the script, as [`key`](Self::key) makes it, by an owner that names
+    /// itself when `named`: the script then takes one key more, the lock's holder id,
+    /// which the caller adds after the others (a plain lock's call is left as it was).
+    pub(super) fn key_named<T: ToRedisArgs>(&self, named: bool, key: T) -> ScriptCall<'_> {
         // Room for the largest call: the fair scripts' 6 keys and 6 arguments.
         let mut cmd = Cmd::with_capacity(16, 512);
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
-            .arg(self.keys)
+            .arg(self.keys + usize::from(named))
             .arg(key);
         ScriptCall {
             script: &self.script,
@@ -134,11 +141,12 @@ pub(super) fn is_noscript(e: &redis::RedisError) -> bool {
 /// Every script a `Locker` runs on Redis.
 #[derive(Debug)]
 pub(super) struct Scripts {
-    /// Take an exclusive lock: [`AcquireReply`].
+    /// Take an exclusive lock (keeping the holder id of an owner that names itself):
+    /// [`AcquireReply`].
     pub(super) acquire: LockScript,
-    /// Release an exclusive lock: whether the caller held it.
+    /// Release an exclusive lock (and its holder id): whether the caller held it.
     pub(super) release: LockScript,
-    /// Set a lease if the caller owns the lock: whether it did.
+    /// Set a lease (and its holder id's) if the caller owns the lock: whether it did.
     pub(super) extend: LockScript,
     /// Hand an exclusive lock to a local waiter: its fencing token, or nil.
     pub(super) handover: LockScript,
@@ -178,7 +186,12 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new(publish: Publish) -> Self {
         Self {
-            acquire: script!(publish, 3: "fence.lua", "lockers.lua", "admission.lua", "acquire.lua"),
+            acquire: script!(publish, 3: "fence.lua",
+                "lockers.lua",
+                "admission.lua",
+                "holder_id.lua",
+                "acquire.lua"
+            ),
             release: script!(publish, 3: "lockers.lua", "release.lua"),
             extend: script!(publish, 2: "shared.lua", "extend.lua"),
             handover: script!(publish, 2: "fence.lua", "handover.lua"),
@@ -223,8 +236,8 @@ impl Scripts {
             set_permits: script!(publish, 3: "lockers.lua", "set_permits.lua"),
             held: script!(publish, 2: "shared.lua", "held.lua"),
             raise_fence: script!(publish, 1: "raise_fence.lua"),
-            force_unlock: script!(publish, 5: "lockers.lua", "force_unlock.lua"),
-            inspect: script!(publish, 6: "shared.lua", "inspect.lua"),
+            force_unlock: script!(publish, 6: "lockers.lua", "force_unlock.lua"),
+            inspect: script!(publish, 7: "shared.lua", "holder_id.lua", "inspect.lua"),
         }
     }
 
@@ -363,10 +376,20 @@ pub(super) struct Seen {
     /// The owner's fencing token as drawn (without a failover epoch); none for shared
     /// holds.
     pub(super) fence: Option<u64>,
+    /// What the owner calls itself, if it named itself; none for shared holds.
+    pub(super) holder_id: Option<String>,
 }
 
 impl FromRedisValue for Seen {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        // The holder id comes last, and only for an owner that named itself.
+        let (v, holder_id) = match v {
+            Value::Array(mut items) if items.len() == 6 => {
+                let holder_id = items.pop().unwrap_or(Value::Nil);
+                (Value::Array(items), Option::from_redis_value(holder_id)?)
+            }
+            v => (v, None),
+        };
         let (mark, permits, lockers, fence, holders) =
             <(String, Option<u32>, usize, Option<u64>, Vec<(String, i64)>)>::from_redis_value(v)?;
         let sharing = match mark.as_str() {
@@ -384,6 +407,7 @@ impl FromRedisValue for Seen {
                 .map(|(token, left)| (token, pttl_left(left)))
                 .collect(),
             fence,
+            holder_id,
         })
     }
 }
@@ -409,7 +433,9 @@ impl Seen {
         let holders = self
             .holders
             .iter()
-            .map(|(token, left)| HolderInfo::new(token, *left, fence))
+            .map(|(token, left)| {
+                HolderInfo::new(token, *left, fence).with_holder_id(self.holder_id.as_deref())
+            })
             .collect();
         LockInfo::new(kind, holders, Some(self.lockers))
     }
@@ -507,6 +533,25 @@ mod tests {
         assert_eq!(readers.kind(), Some(LockKind::Read));
         assert!(held("reed", Value::Nil, Value::Nil, &[]).is_err());
         assert_eq!(<Option<Seen>>::from_redis_value(Value::Nil).unwrap(), None);
+    }
+
+    #[test]
+    fn an_owners_holder_id_comes_last_in_an_inspect_reply() {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let holder = Value::Array(vec![text("tok"), Value::Int(1500)]);
+        let reply = vec![
+            text(""),
+            Value::Nil,
+            Value::Int(0),
+            text("42"),
+            Value::Array(vec![holder]),
+            text("replica-a"),
+        ];
+        let seen = Seen::from_redis_value(Value::Array(reply)).unwrap();
+        assert_eq!(seen.holder_id.as_deref(), Some("replica-a"));
+        let info = seen.info();
+        assert_eq!(info.holders[0].holder_id.as_deref(), Some("replica-a"));
+        assert_eq!(info.holders[0].fencing_token, Some(42));
     }
 
     #[test]

@@ -292,13 +292,14 @@ impl Locker {
     /// Renewals and [`LockGuard::extend`](crate::LockGuard::extend) need the quorum too; a lease that loses it is
     /// lost. Fair locks are not offered: independent masters could disagree on the order.
     ///
-    /// The fencing token is the largest of the granting masters' counters (times the
-    /// number of masters, plus the index of the one that drew it, so that readers and
-    /// permits sharing a lock never get the same one), and the granting masters raise
-    /// their counters to it, so that every later quorum draws a larger one: strictly
-    /// increasing as long as no master loses its data (a master restarted without
-    /// persistence can repeat tokens, and can let two holders in at once, as Martin
-    /// Kleppmann's analysis of RedLock points out). Check the token where the data lives.
+    /// The fencing token is the largest of the granting masters' counters times the
+    /// number of masters (plus, for readers and permits, the index of the one that drew
+    /// it, so that those sharing a lock never get the same one), and the granting
+    /// masters raise their counters to it, so that every later quorum draws a larger
+    /// one: strictly increasing as long as no master loses its data (a master restarted
+    /// without persistence can repeat tokens, and can let two holders in at once, as
+    /// Martin Kleppmann's analysis of RedLock points out). Check the token where the data
+    /// lives.
     ///
     /// Shorthand for a [`RedLockStore`](crate::backend::RedLockStore) from its
     /// [builder](crate::backend::RedLockStoreBuilder), plugged in with

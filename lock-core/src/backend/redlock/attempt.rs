@@ -229,6 +229,7 @@ impl<'a, M: Master> Asks<'a, M> {
                 token: &request.token,
                 kind: request.kind,
                 fence,
+                holder_id: request.holder_id.as_deref(),
             };
             let released = tokio::time::timeout(patience, masters[i].release(&hold)).await;
             (i, released.is_ok())
@@ -293,7 +294,7 @@ impl<M: Master> RedLock<M> {
         {
             asks.keep_late_grants();
             return Ok(Attempt::Acquired {
-                fence: self.fence(&tally.granted),
+                fence: self.fence(request.kind, &tally.granted),
                 until,
             });
         }

@@ -89,6 +89,11 @@ pub(crate) struct Holders {
     /// How many wait for it, as this master counts them (Redis: the `Locker`s it would
     /// wake).
     pub(crate) waiting: usize,
+    /// An owner's fence counter as this master keeps it, where it does: the token it drew
+    /// for the owner, or the one RedLock raised it to since. `None` for shared holds.
+    pub(crate) fence: Option<u64>,
+    /// What an owner calls itself, if it named itself.
+    pub(crate) holder_id: Option<String>,
 }
 
 /// How the last waiter of a lock left RedLock's line.

@@ -17,7 +17,11 @@
 //!   that grants it late holds the caller's token, which the guard renews and releases
 //!   everywhere.
 //!   Otherwise every master that granted it releases it before the next attempt;
-//! - its fencing token is reckoned from the granting masters' tokens ([`fence`]);
+//! - its fencing token is reckoned from the granting masters' tokens ([`fence`]), and an
+//!   owner's is read back from their counters by `inspect`;
+//! - a holder id (what an election's candidate calls itself) is kept by each master
+//!   beside its hold, as [`Acquire::holder_id`] asks of a store, and `inspect` reports
+//!   the one they keep for the holder's token;
 //! - renewals, `extend` and `is_held` need the quorum too; a lease that loses it is lost.
 //!
 //! The quorum is a majority, except for a semaphore of `p` permits, which needs
@@ -156,6 +160,7 @@ struct OwnedHold {
     kind: LockKind,
     /// Its fencing token on the master, where known (no store releases by it).
     fence: u64,
+    holder_id: Option<Arc<str>>,
 }
 
 impl OwnedHold {
@@ -166,6 +171,7 @@ impl OwnedHold {
             token: request.token.clone(),
             kind: request.kind,
             fence,
+            holder_id: request.holder_id.clone(),
         }
     }
 
@@ -175,6 +181,7 @@ impl OwnedHold {
             token: &self.token,
             kind: self.kind,
             fence: self.fence,
+            holder_id: self.holder_id.as_deref(),
         }
     }
 }

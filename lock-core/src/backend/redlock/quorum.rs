@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::master::{Holders, Master};
 use super::{PER_MASTER, RedLock};
 use crate::backend::store::Renewal;
+use crate::kind::Sharing;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 /// The masters a majority of `n` is made of.
@@ -146,33 +147,44 @@ impl<M: Master> RedLock<M> {
 
     /// What the masters that answered an inspection (`seen` by each of them, `None` where
     /// the lock is free) agree on: each holder that as many of them as its kind's quorum
-    /// show, with the lease left that this many give it; no fencing token, which no
-    /// master records (the guard's is reckoned from the granting masters' counters); the
-    /// most that a majority of all masters count as waiting. `None` when no holder has
-    /// its quorum.
+    /// show, with the lease left that this many give it and the holder id any of them
+    /// keeps (one per token); an owner's fencing token, where this many of them keep the
+    /// same counter (see [`fence`](super::fence)), and none for readers and permits, whose
+    /// tokens no master records; the most that a majority of all masters count as
+    /// waiting. `None` when no holder has its quorum.
     pub(super) fn agreed(&self, seen: &[Option<Holders>]) -> Option<LockInfo> {
         let views: Vec<&Holders> = seen.iter().flatten().collect();
-        // Each token any master shows: its kind, and the lease each master gives it.
-        let mut leases: HashMap<&str, (Option<LockKind>, Vec<Option<Duration>>)> = HashMap::new();
+        // Each token any master shows, and what they show of it.
+        let mut shown: HashMap<&str, Shown<'_>> = HashMap::new();
         for view in &views {
             for (token, left) in &view.holders {
-                let (_, lefts) = leases
-                    .entry(token)
-                    .or_insert_with(|| (view.kind, Vec::new()));
-                lefts.push(*left);
+                let token = shown.entry(token).or_insert_with(|| Shown {
+                    kind: view.kind,
+                    lefts: Vec::new(),
+                    counters: Vec::new(),
+                    holder_id: None,
+                });
+                token.lefts.push(*left);
+                token.counters.extend(view.fence);
+                token.holder_id = token.holder_id.or(view.holder_id.as_deref());
             }
         }
         let mut kind = None;
-        let holders: Vec<HolderInfo> = leases
+        let holders: Vec<HolderInfo> = shown
             .into_iter()
-            .filter_map(|(token, (held_as, mut lefts))| {
-                let needed = self.quorum(held_as.unwrap_or(LockKind::Exclusive));
-                if lefts.len() < needed {
+            .filter_map(|(token, mut shown)| {
+                let needed = self.quorum(shown.kind.unwrap_or(LockKind::Exclusive));
+                if shown.lefts.len() < needed {
                     return None;
                 }
-                kind = held_as;
-                lefts.sort_unstable_by(|a, b| b.cmp(a));
-                Some(HolderInfo::new(token, lefts[needed - 1], None))
+                kind = shown.kind;
+                shown.lefts.sort_unstable_by(|a, b| b.cmp(a));
+                let fence = match shown.kind.map(LockKind::sharing) {
+                    Some(Sharing::Owner) => self.kept_fence(&mut shown.counters, needed),
+                    _ => None,
+                };
+                let holder = HolderInfo::new(token, shown.lefts[needed - 1], fence);
+                Some(holder.with_holder_id(shown.holder_id))
             })
             .collect();
         if holders.is_empty() {
@@ -183,4 +195,26 @@ impl<M: Master> RedLock<M> {
         let waiting = waiting.get(majority(self.masters.len()) - 1).copied();
         Some(LockInfo::new(kind, holders, waiting))
     }
+
+    /// An owner's fencing token, from the `counters` of the masters that show it: the
+    /// counter that `needed` of them keep alike. `None` if none does (a counter ran out,
+    /// or masters that keep it did not answer), rather than a token that may not be the
+    /// owner's.
+    fn kept_fence(&self, counters: &mut [u64], needed: usize) -> Option<u64> {
+        counters.sort_unstable();
+        let mut alike = counters.chunk_by(|a, b| a == b);
+        let kept = alike.find(|alike| alike.len() >= needed)?;
+        Some(self.owner_fence(kept[0]))
+    }
+}
+
+/// What the masters that answered an inspection show of one holder.
+struct Shown<'a> {
+    /// The kind the first of them says it holds.
+    kind: Option<LockKind>,
+    /// The lease left that each gives it.
+    lefts: Vec<Option<Duration>>,
+    /// The fence counter each keeps, where it keeps one for it (an owner's).
+    counters: Vec<u64>,
+    holder_id: Option<&'a str>,
 }

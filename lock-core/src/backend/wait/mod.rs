@@ -310,12 +310,13 @@ impl<'a, S: ClientWait> WaitTicket<'a, S> {
         let already_listening =
             already_listening && !matches!(request.kind, LockKind::Read | LockKind::Write);
         let token = request.token.clone();
-        let waiter = line.join_line(
-            token,
-            request.lease,
-            request.kind,
-            store.handover(request.kind),
-        );
+        // A hand-over makes the waiter's token the owner's and nothing more: a waiter
+        // that names itself takes the lock by its own attempt, which keeps its holder id.
+        let handover = match request.holder_id {
+            Some(_) => Handover::Off,
+            None => store.handover(request.kind),
+        };
+        let waiter = line.join_line(token, request.lease, request.kind, handover);
         if request.kind == LockKind::Fair {
             line.expect_fair_handover(&waiter);
         }

@@ -86,6 +86,7 @@ async fn release_elsewhere(store: &RedLock<Slow>, i: usize) {
         token: "someone-else",
         kind: LockKind::Exclusive,
         fence: 0,
+        holder_id: None,
     };
     assert!(Store::release(&store.master(i).store, &hold).await.unwrap());
 }
@@ -167,6 +168,26 @@ async fn fencing_tokens_increase_across_quorums_that_share_a_master() {
         second.fencing_token()
     );
     second.release().await.unwrap();
+}
+
+/// An owner's fencing token and holder id, read back from masters whose counters were
+/// apart: whichever masters granted it, a quorum of them keep its token.
+#[tokio::test(start_paused = true)]
+async fn inspect_reads_an_owners_token_and_holder_id_back_from_a_quorum() {
+    let (store, locker) = redlock(&[Duration::ZERO; 3]).await;
+    let ahead = wall_clock_us() + 1_000_000_000_000;
+    store
+        .master(2)
+        .raise_fence(&key(), ahead, LEASE)
+        .await
+        .unwrap();
+    let election = locker.election("k");
+    let leadership = election.campaign("replica-a").await.unwrap();
+    let leader = election.leader().await.unwrap().expect("someone leads");
+    assert_eq!(leader.id, "replica-a");
+    assert_eq!(leader.fencing_token, leadership.fencing_token());
+    leadership.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
 }
 
 #[tokio::test(start_paused = true)]
