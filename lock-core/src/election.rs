@@ -55,7 +55,7 @@ const CAMPAIGN_LEG: Duration = Duration::from_secs(3600);
 /// let leadership = election.campaign("replica-a").await?;
 /// let leader = election.leader().await?.expect("someone leads");
 /// assert_eq!(leader.id, "replica-a");
-/// assert_eq!(leader.fencing_token, leadership.fencing_token());
+/// assert_eq!(leader.fencing_token, Some(leadership.fencing_token()));
 /// leadership.resign().await?;
 /// assert_eq!(election.leader().await?, None);
 /// # Ok(())
@@ -75,8 +75,10 @@ pub struct Leader {
     /// The id the leader campaigned with (empty for a holder that gave none, such as a
     /// plain lock of the election's name).
     pub id: String,
-    /// Its leadership's fencing token.
-    pub fencing_token: u64,
+    /// Its leadership's fencing token, where the store can tell it: every store of this
+    /// crate does, but Sentinel after a failover, whose tokens carry the failover epoch
+    /// that the leader's connection saw, which Redis does not record.
+    pub fencing_token: Option<u64>,
 }
 
 impl Election {
@@ -143,16 +145,9 @@ impl Election {
         let Some(holder) = info.holders.into_iter().next() else {
             return Ok(None);
         };
-        let Some(fencing_token) = holder.fencing_token else {
-            return Err(LockError::Config(format!(
-                "the {} store does not say the fencing token of election {:?}'s leader",
-                self.locker.store().name(),
-                self.name
-            )));
-        };
         Ok(Some(Leader {
             id: holder.holder_id.unwrap_or_default(),
-            fencing_token,
+            fencing_token: holder.fencing_token,
         }))
     }
 

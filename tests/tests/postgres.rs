@@ -410,7 +410,7 @@ async fn a_fence_table_without_holder_ids_gains_their_column() {
     let leader = leader.expect("someone leads");
     assert_eq!(
         (leader.id.as_str(), leader.fencing_token),
-        ("replica-a", 42)
+        ("replica-a", Some(42))
     );
     leadership.resign().await.unwrap();
 

@@ -196,7 +196,7 @@ async fn lead_under(locker: Locker, name: &str, id: String, counter: &Path) {
         let leadership = election.campaign_with(&*id, wait).await.unwrap();
         let leader = election.leader().await.unwrap().expect("someone leads");
         assert_eq!(leader.id, id, "another is named while {id} leads");
-        assert_eq!(leader.fencing_token, leadership.fencing_token());
+        assert_eq!(leader.fencing_token, Some(leadership.fencing_token()));
         let value = read_counter(counter);
         sleep(Duration::from_millis(1)).await;
         fs::write(counter, (value + 1).to_string()).unwrap();
@@ -285,7 +285,7 @@ async fn curator_and_our_election_name_each_others_leader() {
     let leader = follower.election("named").leader().await.unwrap();
     let leader = leader.expect("the Curator participant leads");
     assert_eq!(leader.id, curator);
-    assert!(leader.fencing_token > ours_token);
+    assert!(leader.fencing_token.expect("the leader's fencing token") > ours_token);
 
     fs::remove_file(&announce).unwrap();
     tokio::task::spawn_blocking(move || run.wait(RUN_TIMEOUT))

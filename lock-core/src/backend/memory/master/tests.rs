@@ -185,7 +185,7 @@ async fn inspect_reads_an_owners_token_and_holder_id_back_from_a_quorum() {
     let leadership = election.campaign("replica-a").await.unwrap();
     let leader = election.leader().await.unwrap().expect("someone leads");
     assert_eq!(leader.id, "replica-a");
-    assert_eq!(leader.fencing_token, leadership.fencing_token());
+    assert_eq!(leader.fencing_token, Some(leadership.fencing_token()));
     leadership.resign().await.unwrap();
     assert_eq!(election.leader().await.unwrap(), None);
 }
