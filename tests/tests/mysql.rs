@@ -5,6 +5,9 @@
 //! while the server is silent, a fenced counter that loses no update while holders are
 //! killed, and a fence table of an earlier version gaining the holder's columns.
 
+#[path = "common/fence_table.rs"]
+mod fence_table;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -323,23 +326,5 @@ async fn a_fence_table_of_an_earlier_version_gains_the_holders_columns() {
         .unwrap();
     let candidate = Locker::mysql(&server.url()).await.unwrap();
     let reader = Locker::mysql(&server.url()).await.unwrap();
-    let leadership = candidate
-        .election("ledger")
-        .campaign("replica-a")
-        .await
-        .unwrap();
-    assert_eq!(leadership.fencing_token(), 42);
-    let leader = reader.election("ledger").leader().await.unwrap();
-    let leader = leader.expect("someone leads");
-    assert_eq!(
-        (leader.id.as_str(), leader.fencing_token),
-        ("replica-a", Some(42))
-    );
-    leadership.resign().await.unwrap();
-
-    let guard = candidate.lock("ledger").await.unwrap();
-    let info = reader.inspect("ledger").await.unwrap().expect("held");
-    assert_eq!(info.holders[0].fencing_token, Some(43), "{info:?}");
-    assert_eq!(info.holders[0].holder_id, None, "{info:?}");
-    guard.release().await.unwrap();
+    fence_table::an_upgraded_fence_table_names_its_leader(&candidate, &reader).await;
 }

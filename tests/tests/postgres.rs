@@ -4,6 +4,9 @@
 //! many tasks within the connection bound; and a name's reads and permits kept apart,
 //! with what that rests on.
 
+#[path = "common/fence_table.rs"]
+mod fence_table;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -400,25 +403,7 @@ async fn a_fence_table_without_holder_ids_gains_their_column() {
     .unwrap();
     let candidate = Locker::postgres(&server.url()).await.unwrap();
     let reader = Locker::postgres(&server.url()).await.unwrap();
-    let leadership = candidate
-        .election("ledger")
-        .campaign("replica-a")
-        .await
-        .unwrap();
-    assert_eq!(leadership.fencing_token(), 42);
-    let leader = reader.election("ledger").leader().await.unwrap();
-    let leader = leader.expect("someone leads");
-    assert_eq!(
-        (leader.id.as_str(), leader.fencing_token),
-        ("replica-a", Some(42))
-    );
-    leadership.resign().await.unwrap();
-
-    let guard = candidate.lock("ledger").await.unwrap();
-    let info = reader.inspect("ledger").await.unwrap().expect("held");
-    assert_eq!(info.holders[0].fencing_token, Some(43), "{info:?}");
-    assert_eq!(info.holders[0].holder_id, None, "{info:?}");
-    guard.release().await.unwrap();
+    fence_table::an_upgraded_fence_table_names_its_leader(&candidate, &reader).await;
 }
 
 /// Two holds of one name never share a session, so a store holds at most its connection
