@@ -118,3 +118,30 @@ async fn a_hold_lost_in_a_failover_is_reported_and_its_writes_are_refused() {
     );
     guard.release().await.unwrap();
 }
+
+/// Who leads an election is read from any process through a failover: before it, with
+/// the leader's fencing token; after it, by its id alone, since a token drawn after a
+/// failover carries the epoch its connection saw, which Redis does not record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn who_leads_is_read_through_a_failover() {
+    let topology = RedisSentinel::spawn();
+    let (candidate, follower) = (connect(&topology).await, connect(&topology).await);
+    let first = candidate.election("e").campaign("a").await.unwrap();
+    let first_token = first.fencing_token();
+    let leader = follower.election("e").leader().await.unwrap();
+    let leader = leader.expect("a leads");
+    assert_eq!(
+        (leader.id.as_str(), leader.fencing_token),
+        ("a", Some(first_token))
+    );
+    first.resign().await.unwrap();
+
+    topology.failover();
+    let second = candidate.election("e").campaign("b").await.unwrap();
+    assert!(second.fencing_token() > first_token);
+    let leader = follower.election("e").leader().await.unwrap();
+    let leader = leader.expect("b leads");
+    assert_eq!((leader.id.as_str(), leader.fencing_token), ("b", None));
+    second.resign().await.unwrap();
+    assert_eq!(follower.election("e").leader().await.unwrap(), None);
+}
