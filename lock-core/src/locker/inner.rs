@@ -1,5 +1,6 @@
 //! What a `Locker`'s clones and its guards share.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -87,18 +88,10 @@ impl Inner {
 
     /// Gives `hold` back in the background (its guard was dropped).
     pub(crate) fn release_detached(self: &Arc<Self>, hold: Arc<Hold>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %hold.key, "no tokio runtime to release the lock in; its hold will expire");
-            return;
-        };
-        let span = tracing::debug_span!("lock_release", key = %hold.key, fence = hold.fence);
-        let inner = self.clone();
-        let release = async move {
-            if let Err(e) = inner.give_back(&hold).await {
-                tracing::warn!(error = %e, "background release failed; the hold will expire");
-            }
-        };
-        self.background.spawn_on(release.instrument(span), &runtime);
+        let (key, fence, inner) = (hold.key.clone(), hold.fence, self.clone());
+        self.in_background(&key, fence, async move {
+            inner.give_back(&hold).await.map(drop)
+        });
     }
 
     /// Releases, in the background, the hold of `key` by the owner `token` (calling
@@ -111,13 +104,8 @@ impl Inner {
         fence: u64,
         holder_id: Option<Arc<str>>,
     ) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %key, "no tokio runtime to release the lock in; its hold will expire");
-            return;
-        };
-        let store = self.store.clone();
-        let span = tracing::debug_span!("lock_release", key = %key, fence);
-        let release = async move {
+        let (store, shown) = (self.store.clone(), key.clone());
+        self.in_background(&shown, fence, async move {
             let hold = store::Hold {
                 key: &key,
                 token: &token,
@@ -125,7 +113,25 @@ impl Inner {
                 fence,
                 holder_id: holder_id.as_deref(),
             };
-            if let Err(e) = store.release(&hold).await {
+            store.release(&hold).await.map(drop)
+        });
+    }
+
+    /// Runs `release`, a release of the hold of `key` with token `fence`, in the
+    /// background, where [`flush`](Self::flush) waits for it; a failure is logged.
+    fn in_background(
+        &self,
+        key: &LockKey,
+        fence: u64,
+        release: impl Future<Output = Result<(), LockError>> + Send + 'static,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %key, "no tokio runtime to release the lock in; its hold will expire");
+            return;
+        };
+        let span = tracing::debug_span!("lock_release", key = %key, fence);
+        let release = async move {
+            if let Err(e) = release.await {
                 tracing::warn!(error = %e, "background release failed; the hold will expire");
             }
         };
