@@ -215,7 +215,7 @@ fn hold_then_pause<'scope, S: StoreUnderTest>(
 
 /// Returns once `locker`'s store counts a task waiting for `key`, within [`WAIT`]; where
 /// it counts none, once a waiter has had `otherwise` to get there.
-async fn until_waiting(locker: &Locker, key: &str, otherwise: Duration) {
+pub(super) async fn until_waiting(locker: &Locker, key: &str, otherwise: Duration) {
     let waiting = || async {
         let info = locker.inspect(key).await.ok().flatten();
         info.and_then(|info| info.waiting)
