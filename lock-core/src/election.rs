@@ -28,9 +28,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio::sync::watch;
 
-use crate::backend::Changed;
+use crate::backend::HolderChanges;
 use crate::{LockError, LockGuard, LockKey, LockKind, LockOptions, Locker, MAX_HOLDER_ID_LEN};
 
 /// How often [`Election::watch`] asks the store who leads, unless told otherwise.
@@ -153,11 +154,15 @@ impl Election {
 
     /// Who leads, kept current: the receiver holds the leader as last seen and changes
     /// when another leads or none does. A task asks the store who leads whenever the
-    /// store tells of a change ([`Store::watch_holders`](crate::backend::Store::watch_holders):
-    /// ZooKeeper does, so a follower learns of a new leader within a few round trips),
-    /// and every [`watch_interval`](Self::watch_interval) besides (on the other stores,
-    /// a follower learns within that interval and a round trip). It stops once every
-    /// receiver is dropped. A failed ask keeps the last answer and is logged.
+    /// store tells of a change ([`Store::watch_holders`](crate::backend::Store::watch_holders)),
+    /// and every [`watch_interval`](Self::watch_interval) besides. Where the store tells
+    /// (memory, Redis, RedLock, ZooKeeper, PostgreSQL), a follower learns of a leader
+    /// taking over, resigning or forced out within a few round trips; of one whose lease
+    /// ran out, or whose session ended, within the interval (but on ZooKeeper, which
+    /// tells of that too). On MySQL, which cannot tell, a follower learns of every change
+    /// within the interval. It stops once every receiver is dropped. A failed ask keeps
+    /// the last answer and is logged, and a watch the store could not set is set again
+    /// at the next round.
     ///
     /// # Panics
     ///
@@ -169,8 +174,11 @@ impl Election {
             let mut ticks = tokio::time::interval(election.watch_interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
+            let mut changes = None;
             loop {
-                let changed = election.watch_holders().await;
+                if changes.is_none() {
+                    changes = election.watch_holders().await;
+                }
                 match election.leader().await {
                     Ok(leader) => {
                         tx.send_if_modified(|seen| {
@@ -183,9 +191,17 @@ impl Election {
                         tracing::warn!(election = %election.name, error = %e, "could not learn who leads")
                     }
                 }
+                let told = async {
+                    match &mut changes {
+                        Some(changes) => changes.next().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     () = tx.closed() => return,
-                    () = changed => {}
+                    news = told => if news.is_none() {
+                        changes = None;
+                    },
                     _ = ticks.tick() => {}
                 }
             }
@@ -193,18 +209,19 @@ impl Election {
         rx
     }
 
-    /// A watch on who holds the election's lock, set before it is read; one that never
-    /// fires should the store fail to set it (the interval still applies).
-    async fn watch_holders(&self) -> Changed {
+    /// A watch on who holds the election's lock, set before it is read; none should the
+    /// store fail to set it (the next round tries again, and the interval still applies).
+    async fn watch_holders(&self) -> Option<HolderChanges> {
         let key = LockKey::with_max_len(&self.name, self.locker.max_key_len());
         let watched = match key {
             Ok(key) => self.locker.store().watch_holders(&key).await,
             Err(e) => Err(e),
         };
-        watched.unwrap_or_else(|e| {
-            tracing::warn!(election = %self.name, error = %e, "could not watch who leads");
-            Box::pin(std::future::pending())
-        })
+        watched
+            .inspect_err(
+                |e| tracing::warn!(election = %self.name, error = %e, "could not watch who leads"),
+            )
+            .ok()
     }
 
     /// Leads and works: campaigns as `id`, runs `work(&leadership)` while leading, and

@@ -206,7 +206,13 @@ impl LockError {
 
     /// The `store`'s call about the lock `key` failed while `doing`, such as `"take it"`:
     /// a [`Backend`](Self::Backend) error that names `key`.
-    #[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper", test))]
+    #[cfg(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        test
+    ))]
     pub(crate) fn failed(
         store: &str,
         key: &LockKey,

@@ -2,7 +2,8 @@
 //! the server: a lock named `name`, in the default namespace `lock:`, is the string key
 //! `lock:{name}` holding its owner's token; every other key of the lock is
 //! `lock:{name}:<suffix>` (`:fence`, `:queue`, `:lockers`, ...), and each `Locker` listens
-//! for its wake-ups on a channel `lock:{name}:released:<the Locker's id>`. lock-core keeps
+//! for its wake-ups on a channel `lock:{name}:released:<the Locker's id>`; the followers
+//! of an election `name` listen on the channel `lock:{name}:holder_id`. lock-core keeps
 //! this layout private (`backend/redis/keys.rs`); these helpers are the tests' one copy
 //! of it.
 
@@ -57,6 +58,37 @@ pub fn subscribed_lockers(server: &RedisServer, name: &str) -> usize {
 /// If the node does not answer.
 pub fn sharded_subscribers(node: &RedisServer, name: &str) -> usize {
     count_channels(node, "SHARDCHANNELS", name)
+}
+
+/// How many followers of the election `name` listen on `server` for news of its leader.
+///
+/// # Panics
+///
+/// If the server does not answer.
+pub fn listening_followers(server: &RedisServer, name: &str) -> usize {
+    count_subscribers(server, "NUMSUB", name)
+}
+
+/// How many followers of the election `name` listen on cluster node `node`, where the
+/// channels are sharded (`SSUBSCRIBE`).
+///
+/// # Panics
+///
+/// If the node does not answer.
+pub fn sharded_listening_followers(node: &RedisServer, name: &str) -> usize {
+    count_subscribers(node, "SHARDNUMSUB", name)
+}
+
+/// How many subscribers of election `name`'s channel `PUBSUB <count>` shows on `server`.
+fn count_subscribers(server: &RedisServer, count: &str, name: &str) -> usize {
+    let channel = format!("{}:holder_id", lock_key(name));
+    let reply = server.cmd(&["PUBSUB", count, &channel]).unwrap();
+    let counts = reply.as_sequence().expect("a channel and its count");
+    counts
+        .get(1)
+        .and_then(|n| n.as_int())
+        .and_then(|n| usize::try_from(n).ok())
+        .expect("a count")
 }
 
 /// How many of lock `name`'s wake-up channels `PUBSUB <list>` shows on `server`.

@@ -142,7 +142,10 @@ pub use cluster::RedisCluster;
 pub use curator::{CuratorLock, CuratorPeer, CuratorRun};
 pub use deadline::{DEADLINE_SLACK, calls_end_by_their_deadline_while_the_server_is_silent};
 pub use error::HarnessError;
-pub use keys::{lock_exists, lock_holder, lock_key, sharded_subscribers, subscribed_lockers};
+pub use keys::{
+    listening_followers, lock_exists, lock_holder, lock_key, sharded_listening_followers,
+    sharded_subscribers, subscribed_lockers,
+};
 /// Awaits a condition until it holds, as [`wait_until`] does for synchronous tests.
 pub use lock_core::conformance::eventually;
 pub use mariadb::MariaDbServer;

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{MemoryStore, MySqlStore, PostgresStore, ZooKeeperStore};
-use lock_core::conformance::{Holds, StoreUnderTest};
+use lock_core::conformance::{Followers, Holds, StoreUnderTest};
 use lock_core::{Locker, conformance};
 use lock_tests::{
     MASTER_NAME, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer, ValueExt,
-    ZooKeeperServer, eventually, lock_key, sharded_subscribers, subscribed_lockers,
+    ZooKeeperServer, eventually, listening_followers, lock_key, sharded_listening_followers,
+    sharded_subscribers, subscribed_lockers,
 };
 
 mod common;
@@ -40,6 +41,10 @@ impl Memory {
 impl StoreUnderTest for Memory {
     fn name(&self) -> &str {
         "memory"
+    }
+
+    fn followers(&self) -> Followers {
+        Followers::Told
     }
 
     async fn locker(&self) -> Locker {
@@ -70,6 +75,10 @@ impl MemorySessions {
 impl StoreUnderTest for MemorySessions {
     fn name(&self) -> &str {
         "memory"
+    }
+
+    fn followers(&self) -> Followers {
+        Followers::Told
     }
 
     fn holds(&self) -> Holds {
@@ -125,6 +134,10 @@ impl StoreUnderTest for Redis {
         "redis"
     }
 
+    fn followers(&self) -> Followers {
+        Followers::Told
+    }
+
     async fn locker(&self) -> Locker {
         common::connect(&self.server).await
     }
@@ -133,6 +146,11 @@ impl StoreUnderTest for Redis {
     /// subscribed, and waits until it has subscribed again.
     async fn cut_wakeups(&self, _locker: &Locker, key: &str) -> bool {
         cut_pub_sub(&self.server, || subscribed_lockers(&self.server, key)).await;
+        true
+    }
+
+    async fn cut_followers(&self, _locker: &Locker, name: &str) -> bool {
+        cut_pub_sub(&self.server, || listening_followers(&self.server, name)).await;
         true
     }
 }
@@ -157,10 +175,22 @@ impl StoreUnderTest for RedLock {
         "redlock"
     }
 
+    fn followers(&self) -> Followers {
+        Followers::Told
+    }
+
     async fn locker(&self) -> Locker {
         Locker::redlock(self.masters.iter().map(RedisServer::url))
             .await
             .expect("connect to the test redlock masters")
+    }
+
+    /// On every master.
+    async fn cut_followers(&self, _locker: &Locker, name: &str) -> bool {
+        for master in &self.masters {
+            cut_pub_sub(master, || listening_followers(master, name)).await;
+        }
+        true
     }
 }
 
@@ -182,6 +212,10 @@ impl Sentinel {
 impl StoreUnderTest for Sentinel {
     fn name(&self) -> &str {
         "redis"
+    }
+
+    fn followers(&self) -> Followers {
+        Followers::Told
     }
 
     async fn locker(&self) -> Locker {
@@ -211,6 +245,10 @@ impl StoreUnderTest for Cluster {
         "redis"
     }
 
+    fn followers(&self) -> Followers {
+        Followers::Told
+    }
+
     async fn locker(&self) -> Locker {
         Locker::cluster(self.cluster.urls())
             .await
@@ -222,6 +260,12 @@ impl StoreUnderTest for Cluster {
     async fn cut_wakeups(&self, _locker: &Locker, key: &str) -> bool {
         let node = &self.cluster.nodes()[self.cluster.node_for_key(&lock_key(key))];
         cut_pub_sub(node, || sharded_subscribers(node, key)).await;
+        true
+    }
+
+    async fn cut_followers(&self, _locker: &Locker, name: &str) -> bool {
+        let node = &self.cluster.nodes()[self.cluster.node_for_key(&lock_key(name))];
+        cut_pub_sub(node, || sharded_listening_followers(node, name)).await;
         true
     }
 }
@@ -244,6 +288,10 @@ impl ZooKeeper {
 impl StoreUnderTest for ZooKeeper {
     fn name(&self) -> &str {
         "zookeeper"
+    }
+
+    fn followers(&self) -> Followers {
+        Followers::Told
     }
 
     fn holds(&self) -> Holds {
@@ -299,6 +347,10 @@ impl StoreUnderTest for Postgres {
         "postgres"
     }
 
+    fn followers(&self) -> Followers {
+        Followers::Told
+    }
+
     fn holds(&self) -> Holds {
         Holds::Session
     }
@@ -329,6 +381,24 @@ impl StoreUnderTest for Postgres {
             .build()
             .await
             .expect("connect to the test postgres server")
+    }
+
+    /// Ends the follower's listening connection (`pg_terminate_backend`).
+    async fn cut_followers(&self, _locker: &Locker, _name: &str) -> bool {
+        let listening = || {
+            let count = self.server.psql(&format!("SELECT count(*) {LISTENING}"));
+            std::future::ready(count.unwrap().trim() == "1")
+        };
+        eventually(RESUBSCRIBED, "the follower to listen", listening).await;
+        let cut = self
+            .server
+            .psql(&format!(
+                "SELECT count(pg_terminate_backend(pid)) {LISTENING}"
+            ))
+            .unwrap();
+        assert_eq!(cut.trim(), "1", "the follower's connection was not cut");
+        eventually(RESUBSCRIBED, "the follower to listen again", listening).await;
+        true
     }
 }
 
@@ -384,18 +454,19 @@ impl StoreUnderTest for MariaDb {
     }
 }
 
-/// Once one `Locker` listens for a lock's wake-ups on `server` (as `subscribers` counts),
-/// kills the pub/sub connections there, then waits until it listens again.
+/// The sessions of a PostgreSQL server that listen for the holders of elections, as a
+/// `FROM` clause.
+const LISTENING: &str = "FROM pg_stat_activity WHERE query = 'LISTEN lock_holders'";
+
+/// Once one connection listens on `server` for what `subscribers` counts (a lock's
+/// wake-ups, an election's leaders), kills the pub/sub connections there, then waits
+/// until it listens again.
 async fn cut_pub_sub(server: &RedisServer, subscribers: impl Fn() -> usize) {
     let listening = || std::future::ready(subscribers() == 1);
-    eventually(RESUBSCRIBED, "the waiter to subscribe", listening).await;
+    eventually(RESUBSCRIBED, "a subscriber", listening).await;
     let cut = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap();
-    assert_eq!(
-        cut.as_int(),
-        Some(1),
-        "the waiter's pub/sub connection was not cut"
-    );
-    eventually(RESUBSCRIBED, "the waiter to subscribe again", listening).await;
+    assert_eq!(cut.as_int(), Some(1), "the pub/sub connection was not cut");
+    eventually(RESUBSCRIBED, "the subscriber to subscribe again", listening).await;
 }
 
 conformance!(memory, Memory::new());

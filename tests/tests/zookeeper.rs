@@ -295,39 +295,6 @@ async fn curator_and_our_election_name_each_others_leader() {
     assert_eq!(follower.election("named").leader().await.unwrap(), None);
 }
 
-/// A follower's `watch()` hears of each change of leader from the store's watch, with no
-/// polling: its interval is an hour, yet it sees a leader come, hand over and go.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_follower_hears_of_a_new_leader_from_a_watch() {
-    let server = ZooKeeperServer::spawn();
-    let connect = server.connect_string();
-    let [a, b, follower] = [
-        locker(&connect, SESSION).await,
-        locker(&connect, SESSION).await,
-        locker(&connect, SESSION).await,
-    ];
-    let election = follower
-        .election("watched")
-        .watch_interval(Duration::from_secs(3600));
-    let watch = election.watch();
-    let seen = |id: Option<&'static str>| {
-        let mut watch = watch.clone();
-        async move {
-            let seen = watch.wait_for(|leader| leader.as_ref().map(|l| l.id.as_str()) == id);
-            timeout(PATIENCE, seen).await.is_ok()
-        }
-    };
-    assert!(seen(None).await);
-    let first = a.election("watched").campaign("a").await.unwrap();
-    assert!(seen(Some("a")).await, "the first leader never seen");
-    let next = tokio::spawn(async move { b.election("watched").campaign("b").await });
-    first.resign().await.unwrap();
-    let second = next.await.unwrap().unwrap();
-    assert!(seen(Some("b")).await, "the hand-over never seen");
-    second.resign().await.unwrap();
-    assert!(seen(None).await, "the last leader's going never seen");
-}
-
 /// A chroot in the connect string that does not exist yet is created, as Curator creates
 /// its namespace, and the locks live under it.
 #[tokio::test(flavor = "multi_thread")]

@@ -209,6 +209,8 @@ pub use mysql::{MySqlStore, MySqlStoreBuilder};
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
-pub use store::{Acquire, Acquired, Changed, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
+pub use store::{
+    Acquire, Acquired, Expiry, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture,
+};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZooKeeperStore, ZooKeeperStoreBuilder};

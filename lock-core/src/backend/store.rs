@@ -90,14 +90,19 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
     }
 
     /// Watches who holds the lock `key`, for a follower of an election
-    /// ([`Election::watch`](crate::Election::watch)): resolves once the watch is set,
-    /// with a future that resolves when the holders may have changed since (a hold taken,
-    /// released or ended), so that the follower inspects the lock again. The default, for
-    /// a store that cannot push such news, is a future that never resolves, and the
-    /// follower asks every [interval](crate::Election::watch_interval) instead.
-    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Changed> {
+    /// ([`Election::watch`](crate::Election::watch)): resolves once the watch is set, with
+    /// a stream that yields each time the holders may have changed (a hold taken,
+    /// released or ended) since it was set or last yielded, so that the follower inspects
+    /// the lock again. A store that sets its watch anew after each change yields only once
+    /// it has, so that no change after the follower's next look goes unseen. A store may
+    /// tell only of holds taken with a holder id ([`Acquire::holder_id`]), which every
+    /// election's are. A stream that ends watches no more (its connection was lost): the
+    /// follower sets another. The default, for a store that cannot push such news, never
+    /// yields, and the follower asks every [interval](crate::Election::watch_interval)
+    /// instead.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
         let _ = key;
-        let never: Changed = Box::pin(std::future::pending());
+        let never: HolderChanges = Box::pin(futures_util::stream::pending());
         Box::pin(std::future::ready(Ok(never)))
     }
 
@@ -116,9 +121,9 @@ pub trait Store: Any + fmt::Debug + Send + Sync {
     fn close(&self) {}
 }
 
-/// What [`Store::watch_holders`] gives: a future that resolves when the holders of a lock
-/// may have changed.
-pub type Changed = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// What [`Store::watch_holders`] gives: a stream that yields each time the holders of a
+/// lock may have changed.
+pub type HolderChanges = Pin<Box<dyn futures_util::Stream<Item = ()> + Send>>;
 
 /// The error of a store asked for a lock `kind` it does not have.
 pub(crate) fn unsupported<S: Store + ?Sized>(

@@ -1,7 +1,8 @@
 //! Leader election ([`crate::Election`]): one leader among candidates on separate
 //! `Locker`s, its id and fencing token readable from a process that holds nothing, a
 //! leadership that ends followed by another with a higher token, resigning, dropped
-//! campaigns, the watch, and `run` cancelling its work on a loss.
+//! campaigns, the watch (told by the store where it can tell, and again after a fault cut
+//! what tells it), and `run` cancelling its work on a loss.
 
 use super::paused::until_waiting;
 use crate::{Leader, Leadership};
@@ -82,6 +83,61 @@ pub async fn the_leader_is_read_by_a_process_holding_nothing(store: &impl StoreU
     timeout(PATIENCE, watch.wait_for(Option::is_none))
         .await
         .expect("the watch never saw the leader go")
+        .unwrap();
+}
+
+/// A follower's `watch()` is told of each change of leader by the store, with no asking:
+/// its interval is an hour, yet it sees a leader come, hand over and go. Nothing to
+/// check on a store whose followers ask ([`Followers::Ask`]).
+pub async fn a_follower_is_told_of_each_new_leader(store: &impl StoreUnderTest) {
+    if store.followers() == Followers::Ask {
+        return;
+    }
+    let [a, b] = two(store).await;
+    let follower = store.locker().await;
+    let election = follower.election("told").watch_interval(3600 * SEC);
+    let watch = election.watch();
+    let seen = |id: Option<&'static str>| {
+        let mut watch = watch.clone();
+        async move {
+            let seen = watch.wait_for(|leader| leader.as_ref().map(|l| l.id.as_str()) == id);
+            timeout(PATIENCE, seen).await.is_ok()
+        }
+    };
+    assert!(seen(None).await);
+    let first = a.election("told").campaign("a").await.unwrap();
+    assert!(seen(Some("a")).await, "the first leader never told");
+    let next = tokio::spawn(async move { b.election("told").campaign("b").await });
+    until_waiting(&a, "told", 20 * MS).await;
+    first.resign().await.unwrap();
+    let second = timeout(PATIENCE, next).await.unwrap().unwrap().unwrap();
+    assert!(seen(Some("b")).await, "the hand-over never told");
+    second.resign().await.unwrap();
+    assert!(seen(None).await, "the last leader's going never told");
+}
+
+/// A follower whose news was cut (its connection dropped, as a network fault would drop
+/// it) listens again by itself and is told of the next change, with no asking. Nothing
+/// to check on a store with nothing to cut ([`StoreUnderTest::cut_followers`]).
+pub async fn a_follower_is_told_again_after_its_news_was_cut(store: &impl StoreUnderTest) {
+    if store.followers() == Followers::Ask {
+        return;
+    }
+    let [candidate, follower] = two(store).await;
+    let mut watch = follower.election("cut").watch_interval(3600 * SEC).watch();
+    let leadership = candidate.election("cut").campaign("a").await.unwrap();
+    let leads = |leader: &Option<Leader>| leader.as_ref().is_some_and(|l| l.id == "a");
+    timeout(PATIENCE, watch.wait_for(leads))
+        .await
+        .expect("the leader never told")
+        .unwrap();
+    if !store.cut_followers(&follower, "cut").await {
+        return;
+    }
+    leadership.resign().await.unwrap();
+    timeout(PATIENCE, watch.wait_for(Option::is_none))
+        .await
+        .expect("a follower whose news was cut was never told again")
         .unwrap();
 }
 

@@ -124,6 +124,17 @@ pub enum Holds {
     Session,
 }
 
+/// How the followers of an election learn who leads
+/// ([`Election::watch`](crate::Election::watch)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Followers {
+    /// They ask every interval: the store cannot tell them
+    /// ([`Store::watch_holders`](crate::backend::Store::watch_holders)'s default).
+    Ask,
+    /// The store tells them when a leader takes over, resigns or is forced out.
+    Told,
+}
+
 /// A store under test: it makes `Locker`s sharing one store, as the replicas of one
 /// service would.
 pub trait StoreUnderTest: Send + Sync + 'static {
@@ -134,6 +145,13 @@ pub trait StoreUnderTest: Send + Sync + 'static {
     /// lease half of its tests, or their session counterparts.
     fn holds(&self) -> Holds {
         Holds::Lease
+    }
+
+    /// How the store's followers of an election learn who leads: they ask, unless it
+    /// says otherwise. The suite checks that a store that says [`Followers::Told`] tells
+    /// them ([`a_follower_is_told_of_each_new_leader`]).
+    fn followers(&self) -> Followers {
+        Followers::Ask
     }
 
     /// One more `Locker` on the store: another replica, with a session of its own on a
@@ -164,6 +182,16 @@ pub trait StoreUnderTest: Send + Sync + 'static {
         async {
             panic!("a store whose sessions have a lease must say how to make a Locker on them")
         }
+    }
+
+    /// Once a follower of the election `name` on `locker` is told of its leaders by the
+    /// store, cuts what tells it (Redis: its pub/sub connection; PostgreSQL: its
+    /// listening connection), as a network fault would, and returns once the follower
+    /// listens again by itself: `true`. `false` (the default) when the store has no such
+    /// channel, and the test has nothing to check.
+    fn cut_followers(&self, locker: &Locker, name: &str) -> impl Future<Output = bool> + Send {
+        let _ = (locker, name);
+        ready(false)
     }
 
     /// Once a waiter of `locker` for `key` listens for its wake-ups, cuts what delivers
@@ -226,6 +254,8 @@ macro_rules! conformance {
             inspect_counts_readers_and_permits,
             one_candidate_leads_at_a_time,
             the_leader_is_read_by_a_process_holding_nothing,
+            a_follower_is_told_of_each_new_leader,
+            a_follower_is_told_again_after_its_news_was_cut,
             a_leader_that_ends_is_followed_with_a_higher_token,
             resigning_hands_over_and_dropping_leaves_nothing,
             run_cancels_its_work_when_leadership_is_lost,

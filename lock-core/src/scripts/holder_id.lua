@@ -5,9 +5,12 @@
 --                      given the same expiry, renewed and deleted with it
 -- One left behind (an acquire cut short, a lease that ran out) names a token that no
 -- longer holds the lock, and is never read as the holder's.
+-- Each owner that names itself is announced on the channel of the same name, for the
+-- followers of an election, as its release is (release.lua, force_unlock.lua).
 
 local function keep_holder_id(key, token, id, lease_ms)
   redis.call('SET', key, token .. '\n' .. id, 'PX', lease_ms)
+  redis.call('PUBLISH', key, '')
 end
 
 -- The id kept for `owner`, the lock key's token; nil if it named itself nothing.

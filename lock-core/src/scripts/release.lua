@@ -3,7 +3,8 @@
 -- KEYS[1] lock key          P{K}
 -- KEYS[2] waiting Lockers   P{K}:lockers
 -- KEYS[3] release channel   P{K}:released (a Locker's own: this, ':', its id)
--- KEYS[4] holder id         P{K}:holder_id, only for an owner that named itself: it goes too
+-- KEYS[4] holder id         P{K}:holder_id, only for an owner that named itself: it goes
+--                           too, announced on the channel of the same name
 -- ARGV[1] owner token
 -- ARGV[2] the caller's Locker ('' for none)
 -- ARGV[3] '1' when tasks of the caller's Locker wait for the lock too
@@ -15,6 +16,7 @@ end
 redis.call('DEL', KEYS[1])
 if KEYS[4] then
   redis.call('DEL', KEYS[4])
+  redis.call('PUBLISH', KEYS[4], '')
 end
 local own, own_waits = ARGV[2], ARGV[3] == '1'
 if wake_a_locker(KEYS[2], KEYS[3], own) then

@@ -22,18 +22,25 @@ use std::future::{Future, ready};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 
 use self::session::{Ends, Terms};
 use self::state::{Holder, State};
 use self::wake::Wake;
 use super::release::Release;
-use super::store::{Acquire, Acquired, Expiry, Hold, Outcome, Renewal, Store, StoreFuture};
+use super::store::{
+    Acquire, Acquired, Expiry, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture,
+};
 use crate::backend::wait::handover::Handover;
 use crate::backend::wait::line::{Line, Lines, WhenEmpty};
 use crate::backend::wait::{self, Attempt, ClientWait, Joined, Left, StoreClock};
 use crate::options::DEFAULT_FENCE_TTL;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
+
+/// How many changes of holders a follower may fall behind by before it is told that it
+/// missed some (and inspects the lock again, as for any change).
+const HOLDER_NEWS: usize = 64;
 
 /// Locks kept in this process's memory, with the same semantics as Redis (leases, fencing
 /// tokens, wake-ups, fair lines, errors) on tokio's clock, so `tokio::time::pause()`
@@ -76,6 +83,9 @@ struct Locks {
     state: Mutex<State>,
     fence_ttl: Duration,
     lines: Lines<()>,
+    /// Each lock whose holders changed (a hold taken or given back), for the followers
+    /// of an election ([`Store::watch_holders`]).
+    holders_changed: broadcast::Sender<Arc<str>>,
     /// The zero of the clock that attempts and hand-overs report.
     clock_zero: Instant,
 }
@@ -98,6 +108,7 @@ impl MemoryStore {
             state: Mutex::default(),
             fence_ttl,
             lines: Lines::default(),
+            holders_changed: broadcast::Sender::new(HOLDER_NEWS),
             clock_zero: Instant::now(),
         };
         Self {
@@ -146,7 +157,7 @@ impl MemoryStore {
                 own.acquired(now)
             } else if admission::admits(entry, request) {
                 entry.stop_waiting(request);
-                entry
+                let taken = entry
                     .take(
                         token,
                         request.holder_id.as_ref(),
@@ -155,7 +166,9 @@ impl MemoryStore {
                         now,
                         fence_ttl,
                     )
-                    .acquired(now)
+                    .acquired(now);
+                self.tell_holders_changed(key);
+                taken
             } else {
                 if fair && entry.holders.is_empty() {
                     // Free, with someone ahead of the caller: it is theirs.
@@ -196,6 +209,7 @@ impl MemoryStore {
             let released = e.holders.swap_remove(at);
             Wake::after_release(e, how, released.kind, now, self.locks.fence_ttl, clock_us)
         };
+        self.tell_holders_changed(key);
         self.announce(key, wake);
         true
     }
@@ -218,8 +232,37 @@ impl MemoryStore {
                 }
             }
         }
+        self.tell_holders_changed(key);
         self.announce(key, Wake::All);
         true
+    }
+
+    /// Tells the followers watching `key` that its holders changed (if any watch).
+    fn tell_holders_changed(&self, key: &str) {
+        if self.locks.holders_changed.receiver_count() > 0 {
+            let _ = self.locks.holders_changed.send(key.into());
+        }
+    }
+
+    /// A stream that yields each time `key`'s holders change (or when news of changes
+    /// was lost, too many coming at once).
+    fn holder_changes(&self, key: &LockKey) -> HolderChanges {
+        let told = self.locks.holders_changed.subscribe();
+        let key = key.shared().clone();
+        let changes = futures_util::stream::unfold(told, move |mut told| {
+            let key = key.clone();
+            async move {
+                loop {
+                    match told.recv().await {
+                        Ok(changed) if changed == key => return Some(((), told)),
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => return Some(((), told)),
+                        Err(RecvError::Closed) => return None,
+                    }
+                }
+            }
+        });
+        Box::pin(changes)
     }
 
     /// Who holds `key` now, and how many tasks wait for it.
@@ -370,6 +413,12 @@ impl Store for MemoryStore {
     /// waiting for the lock (of every `Locker` sharing the store) as `waiting`.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(ready(Ok(self.inspect(key.as_str()))))
+    }
+
+    /// Told of every hold of the lock taken or given back, and of `force_unlock`; not of
+    /// a lease that runs out or a session that ends.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
+        Box::pin(ready(Ok(self.holder_changes(key))))
     }
 
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {

@@ -124,6 +124,11 @@
 //! that session. A fence table made by an earlier version gains the two columns on
 //! first use.
 //!
+//! MySQL has no way to tell another session that a row or a lock changed (no
+//! `LISTEN`/`NOTIFY`), so a follower's [`watch`](crate::Election::watch) of an election
+//! asks who leads every [interval](crate::Election::watch_interval) (1 s by default),
+//! and learns of a new leader within that interval and a round trip.
+//!
 //! # Sessions
 //!
 //! A hold lasts as long as its session. The server ends a session idle for longer than

@@ -108,6 +108,17 @@
 //! was taken with (`holder_id`, such as an election candidate's id), written by the same
 //! statement, so that `inspect` on any session, one that holds nothing included, reads it.
 //!
+//! # Elections
+//!
+//! An [election](crate::Election)'s leader is the holder of its lock, and its id is the
+//! `holder_id` of the lock's row (above), so `leader()` reads it from any process. Each
+//! hold taken with a holder id is announced once taken, and again once given back or
+//! forced out (`NOTIFY lock_holders`, the key as the payload, sent after the statement
+//! that took or freed the lock), and a follower's [`watch`](crate::Election::watch)
+//! listens on a connection of its own (`LISTEN lock_holders`): it learns of a new leader
+//! in a round trip or two. A leader whose session ends unannounced (a crash, a pause past
+//! its lease) is noticed at the follower's next interval. Plain locks announce nothing.
+//!
 //! # Sessions
 //!
 //! A hold lasts as long as its session. The server ends a session idle for longer than
@@ -172,6 +183,7 @@
 
 mod builder;
 mod connector;
+mod followers;
 mod key;
 mod operator;
 mod semaphore;
@@ -197,7 +209,7 @@ pub use key::{AdvisoryKey, KeyMapping};
 use session::{Connect, Session};
 
 use crate::backend::sql::session_locks::{self, Server, SessionLocks, Taken};
-use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::store::{Acquire, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks as PostgreSQL advisory locks: see the [module docs](crate::backend::postgres)
@@ -385,12 +397,26 @@ impl Store for PostgresStore {
         true
     }
 
+    /// A hold taken with a holder id is announced to the followers of its election.
     fn acquire<'a>(&'a self, request: &'a Acquire) -> StoreFuture<'a, Outcome> {
-        Box::pin(session_locks::acquire(self, request))
+        Box::pin(async move {
+            let outcome = session_locks::acquire(self, request).await?;
+            if request.holder_id.is_some() && matches!(outcome, Outcome::Acquired(_)) {
+                self.announce_holders(&request.key).await;
+            }
+            Ok(outcome)
+        })
     }
 
+    /// A hold taken with a holder id is announced given back.
     fn release<'a>(&'a self, hold: &'a Hold<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(session_locks::release(self, hold))
+        Box::pin(async move {
+            let released = session_locks::release(self, hold).await?;
+            if released && hold.holder_id.is_some() {
+                self.announce_holders(hold.key).await;
+            }
+            Ok(released)
+        })
     }
 
     /// The stored count (or `permits`) less the permits held, by anyone.
@@ -412,8 +438,15 @@ impl Store for PostgresStore {
         Box::pin(std::future::ready(Ok(self.0.locks.is_held(hold.token))))
     }
 
+    /// Announced to the followers of an election, as a release is.
     fn force_unlock<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, bool> {
-        Box::pin(self.force_unlock_lock(key))
+        Box::pin(async move {
+            let forced = self.force_unlock_lock(key).await?;
+            if forced {
+                self.announce_holders(key).await;
+            }
+            Ok(forced)
+        })
     }
 
     /// As `pg_locks` shows the lock: each holding session is one holder (this crate never
@@ -426,6 +459,13 @@ impl Store for PostgresStore {
     /// per permit slot held, by the slot's number. No lease left.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(self.inspect_lock(key))
+    }
+
+    /// A connection of its own that listens for the holds taken and given back with a
+    /// holder id (see the [module docs](crate::backend::postgres#elections)); not for a
+    /// session that ends unannounced.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
+        Box::pin(self.watch_named_holders(key))
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, Socket, Statement};
 use tokio_util::sync::CancellationToken;
@@ -85,6 +85,31 @@ impl Connect {
         )]
         let tls = self.tls.clone();
         self.config.connect(tls).await.map_err(cannot_connect)
+    }
+
+    /// A connection of its own that runs `listen` (a `LISTEN`), and sends the payload of
+    /// each notification it gets to the receiver, which ends when the connection does. It
+    /// lasts as long as the client returned.
+    pub(super) async fn listening(
+        &self,
+        listen: &str,
+    ) -> Result<(Client, mpsc::UnboundedReceiver<String>), LockError> {
+        let (client, mut connection) = self.connect().await?;
+        let (heard, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) =
+                std::future::poll_fn(|cx| connection.poll_message(cx)).await
+            {
+                if let AsyncMessage::Notification(told) = message {
+                    let _ = heard.send(told.payload().to_owned());
+                }
+            }
+        });
+        client
+            .batch_execute(listen)
+            .await
+            .map_err(|e| LockError::backend("postgres: cannot listen", e))?;
+        Ok((client, rx))
     }
 
     /// A connection of its own, for an operator's statement.

@@ -14,6 +14,16 @@ use crate::LockKind;
 /// The channel a permit given back, or a semaphore's count stored, is announced on.
 const CHANNEL: &str = "lock_permits";
 
+/// Announces that the holders of a key changed, for the followers of an election: on the
+/// channel `lock_holders`, with the key as the payload.
+/// `$1` the key (text).
+/// Answers one row, which nobody reads.
+pub(super) const ANNOUNCE_HOLDERS: &str = "SELECT pg_notify('lock_holders', $1)";
+
+/// Listens for the holders of keys announced changed ([`ANNOUNCE_HOLDERS`]).
+/// No parameters; answers nothing.
+pub(super) const LISTEN_FOR_HOLDERS: &str = "LISTEN lock_holders";
+
 /// How many parameters an advisory key takes: one `int8`, or two `int4`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum KeyShape {

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use redis::RedisResult;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -137,6 +138,12 @@ impl Hub {
     /// another.
     pub(super) fn stop(&self) {
         *self.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// A pub/sub connection of its own to the hub's server, subscribed to `channel` alone
+    /// (sharded on a Cluster): for news that the hub's waiters do not share.
+    pub(super) async fn subscriber_apart(&self, channel: String) -> RedisResult<Subscriber> {
+        Subscriber::connect(&self.endpoint, &[channel], self.connect_timeout).await
     }
 
     /// Listen for the lock `key`'s wake-ups.

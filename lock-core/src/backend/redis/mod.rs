@@ -16,7 +16,12 @@
 //! same hash tag. An owner that names itself (an [election](crate::Election)'s
 //! candidate) keeps its holder id in `P{K}:holder_id`, set with the lock by the same
 //! script, given the same expiry, renewed and deleted with it; a plain lock's calls never
-//! touch that key. On RedLock each master keeps it so.
+//! touch that key. On RedLock each master keeps it so. Each such owner is announced on
+//! the channel of the same name as it takes the lock and as it gives it back (or is
+//! forced out), and a follower's [`watch`](crate::Election::watch) listens there on a
+//! pub/sub connection of its own (on every master, for RedLock): it learns of a new
+//! leader in a round trip or two, and of one whose lease ran out unannounced within its
+//! interval.
 
 // The layout of this folder:
 //
@@ -41,7 +46,8 @@
 // - [`waiting`]: the hooks of the client-side wait, and what a waiter that leaves gives
 //   back;
 // - [`hub`]: the pub/sub connection that delivers wake-ups and fair hand-overs, over a
-//   [`subscriber`]: to one server, or sharded over a Redis Cluster;
+//   [`subscriber`]: to one server, or sharded over a Redis Cluster; [`followers`]: what
+//   the followers of an election hear, on connections of their own;
 // - [`redlock`]: one lock over N independent masters, each a store of this kind, and its
 //   builder; [`master`]: a store of this kind as one of those masters, spoken to
 //   through the interface of [`crate::backend::redlock`];
@@ -66,7 +72,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::release::Release;
-use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use super::store::{Acquire, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture};
 use crate::backend::wait::line::Lines;
 use crate::backend::wait::{self, Attempt};
 use crate::{LockError, LockInfo, LockKey, LockKind};
@@ -78,6 +84,7 @@ mod deployment;
 mod exclusive;
 mod fair;
 mod fencing;
+mod followers;
 mod giving_back;
 mod handover;
 mod hub;
@@ -670,6 +677,13 @@ impl Store for RedisStore {
     /// in `P{K}:holder_id` beside the lock key, which holds its token alone.
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         Box::pin(async move { Ok(self.seen(key).await?.map(Seen::info)) })
+    }
+
+    /// A pub/sub connection of its own, on which each owner that names itself (an
+    /// election's candidate) is announced as it takes the lock and as it gives it back or
+    /// is forced out (see [`followers`]); not a lease that runs out.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
+        Box::pin(self.watch_named_holders(key))
     }
 
     fn available<'a>(&'a self, key: &'a LockKey, permits: u32) -> StoreFuture<'a, u32> {

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::RedisStore;
 use crate::backend::redlock::RedLock;
-use crate::backend::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::store::{Acquire, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockInfo, LockKey, LockKind};
 
 mod builder;
@@ -96,6 +96,12 @@ impl Store for RedLockStore {
     /// on [Redis](super::RedisStore).
     fn inspect<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Option<LockInfo>> {
         self.0.inspect(key)
+    }
+
+    /// A pub/sub connection to every master, on which each announces the owners that
+    /// name themselves (as on [Redis](super::RedisStore)); a majority must set theirs.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
+        self.0.watch_holders(key)
     }
 
     fn flush(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {

@@ -475,7 +475,7 @@ mod tests {
                 publishes += 1;
             }
         }
-        assert_eq!(publishes, 6);
+        assert_eq!(publishes, 9);
     }
 
     #[test]

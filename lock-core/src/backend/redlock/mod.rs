@@ -39,11 +39,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, ready};
+use futures_util::stream::{self, StreamExt, select_all};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::store::{Acquire, Hold, Outcome, Renewal, Store, StoreFuture};
+use super::store::{Acquire, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture};
 use crate::backend::wait::handover::Handover;
 use crate::backend::wait::line::{Edge, Line, Lines, WhenEmpty};
 use crate::backend::wait::{self, Attempt, ClientWait, Joined, Left};
@@ -56,6 +57,13 @@ mod quorum;
 
 use master::{LastWaiter, Master};
 pub(crate) use quorum::majority;
+
+/// Whether a master's watch on a lock's holders still watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watching {
+    Yes,
+    No,
+}
 
 /// The share of the lease each master gets to answer an attempt or a renewal.
 const PER_MASTER: u32 = 20;
@@ -241,6 +249,30 @@ impl<M: Master> Store for RedLock<M> {
             let answers = self.ask_all(self.settings.patience, |m| m.holders(key));
             let seen = answers.await.of_quorum(key, needed, |_| true)?;
             Ok(self.agreed(&seen))
+        })
+    }
+
+    /// A watch on every master; a majority must set theirs. It yields whenever one of
+    /// them tells of a change, and ends once one of them stops watching (after telling of
+    /// it), so that the follower watches every master again.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
+        Box::pin(async move {
+            let needed = majority(self.masters.len());
+            let answers = self.ask_all(self.settings.patience, |m| m.watch_holders(key));
+            let watches = answers.await.of_quorum(key, needed, |_| true)?;
+            let told = select_all(watches.into_iter().map(|changes| {
+                let watching = changes.map(|()| Watching::Yes);
+                watching.chain(stream::once(ready(Watching::No)))
+            }));
+            let until_one_stops = stream::unfold(Some(told), |told| async {
+                let mut told = told?;
+                match told.next().await? {
+                    Watching::Yes => Some(((), Some(told))),
+                    Watching::No => Some(((), None)),
+                }
+            });
+            let changes: HolderChanges = Box::pin(until_one_stops);
+            Ok(changes)
         })
     }
 

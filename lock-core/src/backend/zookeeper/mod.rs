@@ -86,6 +86,9 @@
 //! leader); a Curator `InterProcessMutex`'s node holds its client's default data (the
 //! local IP address, unless set), which `inspect` reports as its id, as Curator's
 //! `getLeader()` would.
+//! A follower's [`watch`](crate::Election::watch) keeps a watch on the children of the
+//! election's path, set again each time it fires: it learns of a new leader in a round
+//! trip or two, whether the last one resigned or its session ended.
 //!
 //! Curator's `LeaderLatch` is another layout, which does not share an election with this
 //! store: its nodes are `_c_{uuid}-latch-{seq}` (holding its id), and it orders every
@@ -183,7 +186,7 @@ pub use builder::{DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, ZooKeeperStoreBuil
 use holds::Holds;
 use session::{Connect, Sessions};
 
-use crate::backend::store::{Acquire, Changed, Hold, Outcome, Renewal, Store, StoreFuture};
+use crate::backend::store::{Acquire, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture};
 use crate::{LockError, LockInfo, LockKey, LockKind};
 
 /// Locks on a ZooKeeper ensemble, in Apache Curator's layout: see the
@@ -367,9 +370,10 @@ impl Store for ZooKeeperStore {
         Box::pin(self.inspect_lock(key))
     }
 
-    /// A watch on the lock's children (see [`Store::watch_holders`]): a follower of an
-    /// election hears of a new leader in a round trip.
-    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, Changed> {
+    /// A watch on the lock's children, set again each time it fires (see
+    /// [`Store::watch_holders`]): a follower of an election hears of a new leader in a
+    /// round trip, a leader's session that ended included.
+    fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
         Box::pin(self.watch_lock(key))
     }
 

@@ -8,7 +8,7 @@ use super::recipe::{LEASES, delete, zxid};
 use super::semaphore::{MUTEX, contenders_and_leases, stored_count};
 use super::session::Session;
 use super::{ZooKeeperStore, failed};
-use crate::backend::Changed;
+use crate::backend::HolderChanges;
 use crate::{HolderInfo, LockError, LockInfo, LockKey, LockKind};
 
 /// Who holds a lock, as its nodes show it.
@@ -52,27 +52,44 @@ impl ZooKeeperStore {
         Ok(Some(LockInfo::new(kind, shown, Some(waiting))))
     }
 
-    /// A watch on the children of the lock `key`'s node, or on its creation while it has
-    /// none: it fires when a contender comes or goes, which is when its holders may change.
-    pub(super) async fn watch_lock(&self, key: &LockKey) -> Result<Changed, LockError> {
+    /// Watches the children of the lock `key`'s node, or its creation while it has none:
+    /// each fires when a contender comes or goes, which is when its holders may change,
+    /// and is set again before the stream yields. The stream ends when it cannot be set
+    /// again (the ensemble is out of reach).
+    pub(super) async fn watch_lock(&self, key: &LockKey) -> Result<HolderChanges, LockError> {
+        let first = self.watch_once(key).await?;
+        let (store, key) = (self.clone(), key.clone());
+        let changes = futures_util::stream::unfold(Some(first), move |watching| {
+            let (store, key) = (store.clone(), key.clone());
+            async move {
+                watching?.changed().await;
+                let next = store.watch_once(&key).await;
+                let next = next
+                    .inspect_err(|e| tracing::warn!(error = %e, "could not watch a lock again"))
+                    .ok();
+                Some(((), next))
+            }
+        });
+        Ok(Box::pin(changes))
+    }
+
+    /// One watch on the children of the lock `key`'s node, or on its creation.
+    async fn watch_once(&self, key: &LockKey) -> Result<zk::OneshotWatcher, LockError> {
         let session = self.0.sessions.current().await?;
         let store_key = self.store_key(key);
         let listed = session
             .retry(|| session.client.list_and_watch_children(&store_key))
             .await;
-        let watcher = match listed {
-            Ok((_, watcher)) => watcher,
+        match listed {
+            Ok((_, watcher)) => Ok(watcher),
             Err(zk::Error::NoNode) => {
                 let created = session
                     .retry(|| session.client.check_and_watch_stat(&store_key))
                     .await;
-                created.map_err(|e| failed(key, "watch its node", e))?.1
+                Ok(created.map_err(|e| failed(key, "watch its node", e))?.1)
             }
-            Err(e) => return Err(failed(key, "watch its nodes", e)),
-        };
-        Ok(Box::pin(async move {
-            watcher.changed().await;
-        }))
+            Err(e) => Err(failed(key, "watch its nodes", e)),
+        }
     }
 
     /// Deletes the nodes of the holders of the lock `key` (see [`holding`]): whether
