@@ -32,9 +32,14 @@ use scenarios::{SCENARIOS, Scale};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    // The memory scenario runs each measurement in a fresh copy of this program.
+    // The memory and instructions scenarios run each measurement in a fresh copy of this
+    // program.
     if let Some(at) = args.iter().position(|a| a == "--memory-child") {
         scenarios::memory::child(&args[at + 1..]);
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "--instructions-child") {
+        scenarios::instructions::child(&args[at + 1..]);
         return;
     }
     let quick = args.iter().any(|a| a == "--quick")
@@ -69,6 +74,9 @@ fn main() {
         for workers in [1, 2] {
             scenarios::memory::run(&url, workers, scale, &mut report);
         }
+    }
+    if only.contains(&"instructions") {
+        scenarios::instructions::run(&url, &mut report);
     }
 
     println!("\n## results\n");

@@ -1,10 +1,12 @@
 //! The scenarios, in the order they run, and how much work each does.
 //!
-//! All but `memory` run on the runtime of [`run`], once with 1 worker thread and once with
-//! 2; `memory` runs each of its measurements in a child process of its own.
+//! All but `memory` and `instructions` run on the runtime of [`run`], once with 1 worker
+//! thread and once with 2; those two run each of their measurements in a child process
+//! of its own.
 
 pub(crate) mod axum;
 pub(crate) mod handoff;
+pub(crate) mod instructions;
 pub(crate) mod memory;
 pub(crate) mod mysql;
 pub(crate) mod parallel;
@@ -41,6 +43,7 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "mysql",
     "postgres",
     "memory",
+    "instructions",
 ];
 
 /// How much work each scenario does.
@@ -136,7 +139,7 @@ impl Run<'_> {
     }
 }
 
-/// Runs the scenarios of `only` but memory on the current runtime, of `workers` threads.
+/// Runs the scenarios of `only` but memory and instructions on the current runtime, of `workers` threads.
 pub(crate) async fn run(
     url: &str,
     workers: usize,
