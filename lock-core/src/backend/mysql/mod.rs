@@ -122,7 +122,9 @@
 //! election candidate's id), so that `inspect` on any session, one that holds nothing
 //! included, reads the holder's fencing token and holder id when `IS_USED_LOCK` names
 //! that session. A fence table made by an earlier version gains the two columns on
-//! first use.
+//! first use. The lock is taken a moment before the statement that takes it commits its
+//! row: in that moment, should the session have taken the same lock before, `inspect`
+//! shows the earlier hold's holder id and token against it.
 //!
 //! MySQL has no way to tell another session that a row or a lock changed (no
 //! `LISTEN`/`NOTIFY`), so a follower's [`watch`](crate::Election::watch) of an election

@@ -118,6 +118,9 @@
 //! listens on a connection of its own (`LISTEN lock_holders`): it learns of a new leader
 //! in a round trip or two. A leader whose session ends unannounced (a crash, a pause past
 //! its lease) is noticed at the follower's next interval. Plain locks announce nothing.
+//! The lock is taken a moment before the statement that takes it commits its row: in
+//! that moment, should the session have taken the same lock before, `inspect` shows the
+//! earlier hold's holder id and token against it.
 //!
 //! # Sessions
 //!

@@ -24,7 +24,7 @@ impl RedisStore {
             return Ok(Box::pin(stream::pending()));
         };
         let subscriber = hub
-            .subscriber_apart(self.key(key).holder_id())
+            .subscriber_apart(self.key(key).holder_id().to_string())
             .await
             .map_err(|e| LockError::failed("redis", key, "watch its holder", e))?;
         let changes = stream::unfold(Some(subscriber), |subscriber| async {

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use redis::{RedisWrite, ToRedisArgs};
+
 use crate::LockKey;
 
 /// The lock's fence counter, `P{K}:fence`.
@@ -57,49 +59,70 @@ impl RedisKey {
         &self.0
     }
 
-    pub(super) fn fence(&self) -> String {
+    pub(super) fn fence(&self) -> Suffixed<'_> {
         self.suffixed(FENCE)
     }
 
-    pub(super) fn lockers(&self) -> String {
+    pub(super) fn lockers(&self) -> Suffixed<'_> {
         self.suffixed(LOCKERS)
     }
 
-    pub(super) fn queue(&self) -> String {
+    pub(super) fn queue(&self) -> Suffixed<'_> {
         self.suffixed(QUEUE)
     }
 
-    pub(super) fn places(&self) -> String {
+    pub(super) fn places(&self) -> Suffixed<'_> {
         self.suffixed(PLACES)
     }
 
-    pub(super) fn readers(&self) -> String {
+    pub(super) fn readers(&self) -> Suffixed<'_> {
         self.suffixed(READERS)
     }
 
-    pub(super) fn writers(&self) -> String {
+    pub(super) fn writers(&self) -> Suffixed<'_> {
         self.suffixed(WRITERS)
     }
 
-    pub(super) fn holders(&self) -> String {
+    pub(super) fn holders(&self) -> Suffixed<'_> {
         self.suffixed(HOLDERS)
     }
 
-    pub(super) fn permits(&self) -> String {
+    pub(super) fn permits(&self) -> Suffixed<'_> {
         self.suffixed(PERMITS)
     }
 
-    pub(super) fn holder_id(&self) -> String {
+    pub(super) fn holder_id(&self) -> Suffixed<'_> {
         self.suffixed(HOLDER_ID)
     }
 
     /// The stem of the lock's wake-up channels.
-    pub(super) fn channel(&self) -> String {
+    pub(super) fn channel(&self) -> Suffixed<'_> {
         self.suffixed(CHANNEL)
     }
 
-    fn suffixed(&self, suffix: &str) -> String {
-        join(&[&self.0, suffix])
+    fn suffixed(&self, suffix: &'static str) -> Suffixed<'_> {
+        Suffixed { key: self, suffix }
+    }
+}
+
+/// One of a lock's other keys (or channels), `P{K}:<suffix>`: written straight into the
+/// command that names it, and shown as the key it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Suffixed<'a> {
+    key: &'a RedisKey,
+    suffix: &'static str,
+}
+
+impl fmt::Display for Suffixed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key.as_str())?;
+        f.write_str(self.suffix)
+    }
+}
+
+impl ToRedisArgs for Suffixed<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
     }
 }
 
@@ -163,32 +186,32 @@ mod tests {
     #[test]
     fn every_key_of_a_lock_shares_its_hash_tag() {
         let key = RedisKey::new("lock:", &LockKey::new("balance:42").unwrap());
-        assert_eq!(key.as_str(), "lock:{balance:42}");
-        assert_eq!(key.fence(), "lock:{balance:42}:fence");
-        assert_eq!(key.lockers(), "lock:{balance:42}:lockers");
-        assert_eq!(key.queue(), "lock:{balance:42}:queue");
-        assert_eq!(key.places(), "lock:{balance:42}:places");
-        assert_eq!(key.channel(), "lock:{balance:42}:released");
-        assert_eq!(key.readers(), "lock:{balance:42}:readers");
-        assert_eq!(key.writers(), "lock:{balance:42}:writers");
-        assert_eq!(key.holders(), "lock:{balance:42}:holders");
-        assert_eq!(key.permits(), "lock:{balance:42}:permits");
-        assert_eq!(key.holder_id(), "lock:{balance:42}:holder_id");
+        assert_eq!(key.as_str().to_string(), "lock:{balance:42}");
+        assert_eq!(key.fence().to_string(), "lock:{balance:42}:fence");
+        assert_eq!(key.lockers().to_string(), "lock:{balance:42}:lockers");
+        assert_eq!(key.queue().to_string(), "lock:{balance:42}:queue");
+        assert_eq!(key.places().to_string(), "lock:{balance:42}:places");
+        assert_eq!(key.channel().to_string(), "lock:{balance:42}:released");
+        assert_eq!(key.readers().to_string(), "lock:{balance:42}:readers");
+        assert_eq!(key.writers().to_string(), "lock:{balance:42}:writers");
+        assert_eq!(key.holders().to_string(), "lock:{balance:42}:holders");
+        assert_eq!(key.permits().to_string(), "lock:{balance:42}:permits");
+        assert_eq!(key.holder_id().to_string(), "lock:{balance:42}:holder_id");
     }
 
     /// Every store key of each lock, with the names they are made by.
     fn store_keys(key: &RedisKey) -> [String; 10] {
         [
             key.as_str().to_owned(),
-            key.fence(),
-            key.lockers(),
-            key.queue(),
-            key.places(),
-            key.readers(),
-            key.writers(),
-            key.holders(),
-            key.permits(),
-            key.holder_id(),
+            key.fence().to_string(),
+            key.lockers().to_string(),
+            key.queue().to_string(),
+            key.places().to_string(),
+            key.readers().to_string(),
+            key.writers().to_string(),
+            key.holders().to_string(),
+            key.permits().to_string(),
+            key.holder_id().to_string(),
         ]
     }
 

@@ -392,7 +392,10 @@ impl RedisStore {
                     let holders = shared::holders(sharing, key);
                     let named = r.hold.holder_id.is_some();
                     let mut call = self.0.scripts.extend.key_named(named, key.as_str());
-                    call.key(holders.as_deref().unwrap_or(key.as_str()));
+                    match holders {
+                        Some(holders) => call.key(holders),
+                        None => call.key(key.as_str()),
+                    };
                     if named {
                         call.key(key.holder_id());
                     }
@@ -627,9 +630,11 @@ impl Store for RedisStore {
             let sharing = hold.kind.sharing();
             let holders = shared::holders(sharing, &key);
             let mut call = self.0.scripts.held.key(key.as_str());
-            call.key(holders.as_deref().unwrap_or(key.as_str()))
-                .arg(hold.token)
-                .arg(shared::mark(sharing));
+            match holders {
+                Some(holders) => call.key(holders),
+                None => call.key(key.as_str()),
+            };
+            call.arg(hold.token).arg(shared::mark(sharing));
             self.0
                 .connection
                 .run("ask whether a lock is held", |mut conn| {

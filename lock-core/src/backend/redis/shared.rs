@@ -4,7 +4,7 @@
 //! longest of them, so that other kinds wait for them. A lease that ran out is dropped by
 //! the next script that looks: no sweeper. The scripts' helpers are `shared.lua`.
 
-use super::keys::RedisKey;
+use super::keys::{RedisKey, Suffixed};
 use super::scripts::{ScriptCall, Scripts};
 use crate::kind::Sharing;
 
@@ -19,7 +19,7 @@ pub(super) fn mark(sharing: Sharing) -> &'static str {
 }
 
 /// The set of the holders of lock `key` that share it as `sharing`; none for an owner.
-pub(super) fn holders(sharing: Sharing, key: &RedisKey) -> Option<String> {
+pub(super) fn holders(sharing: Sharing, key: &RedisKey) -> Option<Suffixed<'_>> {
     match sharing {
         Sharing::Owner => None,
         Sharing::Read => Some(key.readers()),
