@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tower_http::trace::TraceLayer;
 
 use crate::service::{AccountId, Amount, Bank, BankError, NO_FENCE, lock_key};
-use crate::{health, metrics};
+use crate::{audit, health, metrics};
 
 /// The service's routes. A balance, a deposit and a withdrawal run under the account's
 /// lock, which [`account_lock`] takes around the handler; a statement and a transfer take
@@ -35,6 +35,7 @@ pub(crate) fn router(bank: Bank) -> Router {
         .route("/accounts/{id}/statement", get(statement))
         .route("/transfers", post(transfer))
         .route("/admin/locks/{key}", get(inspect).delete(force_unlock))
+        .route("/audit", get(audit::report))
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(metrics::render))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })

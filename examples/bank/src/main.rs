@@ -65,6 +65,7 @@
 //!   `404` (they do not exist), and without the token `401`
 
 mod app;
+mod audit;
 mod demo;
 mod health;
 mod locks;
@@ -76,11 +77,12 @@ mod tests;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Duration;
 
+use lock_core::MAX_HOLDER_ID_LEN;
 use tokio::net::TcpListener;
 use tokio_postgres::config::Host;
 
@@ -92,6 +94,8 @@ const USAGE: &str = "usage: bank [demo]";
 const DEFAULT_MAX_STATEMENTS: NonZeroU32 = NonZeroU32::new(2).unwrap();
 /// How long a statement takes to render unless `BANK_STATEMENT_DELAY_MS` says otherwise.
 const DEFAULT_STATEMENT_DELAY: Duration = Duration::from_millis(300);
+/// How often the leading replica audits unless `BANK_AUDIT_INTERVAL_MS` says otherwise.
+const DEFAULT_AUDIT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The settings, from the environment (see the crate docs).
 #[derive(Debug, Clone)]
@@ -109,6 +113,10 @@ pub(crate) struct Config {
     pub(crate) locks: bool,
     /// The bearer token of the `/admin` endpoints; none: they do not exist.
     pub(crate) admin_token: Option<String>,
+    /// How often the replica that leads the auditor's election audits.
+    pub(crate) audit_interval: Duration,
+    /// What this replica campaigns as (`BANK_REPLICA_ID`, else `HOSTNAME-PID`).
+    pub(crate) replica_id: String,
 }
 
 impl Config {
@@ -139,6 +147,29 @@ impl Config {
                 format!("BANK_MAX_STATEMENTS must be a whole number from 1, got {v:?}")
             })?,
         };
+        let audit_interval = match var("BANK_AUDIT_INTERVAL_MS") {
+            None => DEFAULT_AUDIT_INTERVAL,
+            Some(v) => v
+                .parse::<NonZeroU64>()
+                .map(|ms| Duration::from_millis(ms.get()))
+                .map_err(|_| {
+                    format!("BANK_AUDIT_INTERVAL_MS must be a whole number of milliseconds from 1, got {v:?}")
+                })?,
+        };
+        let replica_id = match var("BANK_REPLICA_ID") {
+            None => {
+                let host = var("HOSTNAME").or_else(hostname);
+                let host = host.unwrap_or_else(|| "bank".to_owned());
+                format!("{host}-{}", std::process::id())
+            }
+            Some(id) if id.len() > MAX_HOLDER_ID_LEN => {
+                return Err(format!(
+                    "BANK_REPLICA_ID must be at most {MAX_HOLDER_ID_LEN} bytes, got {}",
+                    id.len()
+                ));
+            }
+            Some(id) => id,
+        };
         let locks = match var("BANK_UNLOCKED").as_deref() {
             None | Some("0" | "false") => true,
             Some("1" | "true") => false,
@@ -167,6 +198,8 @@ impl Config {
             statement_delay: millis("BANK_STATEMENT_DELAY_MS", DEFAULT_STATEMENT_DELAY)?,
             locks,
             admin_token: var("BANK_ADMIN_TOKEN"),
+            audit_interval,
+            replica_id,
         })
     }
 
@@ -214,6 +247,13 @@ impl Config {
             }
         }
     }
+}
+
+/// This machine's name, where the system tells it (Linux): what a replica campaigns as,
+/// with its process id, when neither `BANK_REPLICA_ID` nor `HOSTNAME` is set.
+fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_owned()).filter(|name| !name.is_empty())
 }
 
 /// Where the balances live, and the locks too unless `LOCK_URL` says otherwise.
@@ -290,6 +330,7 @@ async fn serve(config: &Config) -> Result<(), String> {
     }
     let bank = Bank::open(config).await?;
     let locker = bank.locker().clone();
+    let auditing = bank.auditor().spawn(bank.store().clone());
     let listener = TcpListener::bind(config.addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
@@ -299,8 +340,13 @@ async fn serve(config: &Config) -> Result<(), String> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| e.to_string())?;
+    // Stopping the auditor gives its leadership back, if it leads, so that another
+    // replica takes over at once rather than once the lease ran out.
+    auditing.abort();
+    let _ = auditing.await;
     // The lock layer gives each request's lock back in the background as its response
-    // is produced: let the last of those reach the store before the runtime stops.
+    // is produced (and the auditor its leadership): let the last of those reach the
+    // store before the runtime stops.
     locker.flush().await;
     println!("bank: stopped");
     Ok(())

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use lock_core::{LockError, Locker, Semaphore, distributed_lock};
 use serde::Serialize;
 
+use crate::audit::Auditor;
 use crate::store::{Read, Store, StoreError, Write};
 use crate::{Backend, Config, locks};
 
@@ -142,6 +143,8 @@ pub(crate) struct Bank {
     wait: Duration,
     /// The bearer token of the `/admin` endpoints (`BANK_ADMIN_TOKEN`).
     admin_token: Option<String>,
+    /// This replica's candidacy to audit, and its last audit.
+    auditor: Auditor,
 }
 
 impl Bank {
@@ -169,6 +172,12 @@ impl Bank {
             ));
         }
         let locker = locks::open(config).await?;
+        Bank::on(locker, store, config).await
+    }
+
+    /// A replica with the locks of `locker` and the balances of `store`, as `config`
+    /// says: [`open`](Self::open) once both are open; tests give two replicas one store.
+    pub(crate) async fn on(locker: Locker, store: Store, config: &Config) -> Result<Bank, String> {
         // A semaphore keeps the count it was first used with (for as long as its fence
         // counter, days): storing ours makes a changed BANK_MAX_STATEMENTS apply. A replica
         // started earlier with another count then gets LockError::Config (a 503) for its
@@ -179,6 +188,7 @@ impl Bank {
             .set_permits(permits)
             .await
             .map_err(|e| e.to_string())?;
+        let auditor = Auditor::new(&locker, &config.replica_id, config.audit_interval);
         Ok(Bank {
             locker,
             store,
@@ -188,6 +198,7 @@ impl Bank {
             locking: config.locks,
             wait: config.wait,
             admin_token: config.admin_token.clone(),
+            auditor,
         })
     }
 
@@ -198,6 +209,11 @@ impl Bank {
     /// Where the balances live.
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// This replica's auditor, which [`Auditor::spawn`] starts.
+    pub(crate) fn auditor(&self) -> &Auditor {
+        &self.auditor
     }
 
     /// Whether requests take their account locks (`false` with `BANK_UNLOCKED=1`).

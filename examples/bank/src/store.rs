@@ -24,7 +24,7 @@
 
 pub(crate) mod postgres;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -85,6 +85,15 @@ pub(crate) struct Write<'a> {
     pub(crate) id: &'a str,
     pub(crate) balance: i64,
     pub(crate) fence: u64,
+}
+
+/// Every account's balance added up, as the auditor reads it ([`Store::totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// How many accounts the store keeps (an account read once is kept, at 0).
+    pub(crate) accounts: u64,
+    /// The sum of their balances: wider than a balance, which it may outgrow.
+    pub(crate) total: i128,
 }
 
 /// The store could not be reached or answered with an error.
@@ -269,6 +278,65 @@ impl Store {
         }
     }
 }
+
+impl Store {
+    /// Every account's balance added up, read without any account's lock: in memory under
+    /// the map's mutex, and on PostgreSQL in one statement, so both are a snapshot; on
+    /// Redis account by account (`SCAN`, then each balance), so an update made meanwhile
+    /// may be counted half, as a transfer between an account read and one not yet read.
+    pub(crate) async fn totals(&self) -> Result<Totals, StoreError> {
+        match self {
+            Store::Memory(accounts) => {
+                let accounts = lock(accounts);
+                Ok(Totals {
+                    accounts: accounts.len() as u64,
+                    total: accounts.values().map(|a| i128::from(a.balance)).sum(),
+                })
+            }
+            Store::Redis(pool) => {
+                let mut conn = pool.get().await?;
+                // SCAN may answer a key twice: each is counted once
+                let mut keys = HashSet::new();
+                let mut cursor = 0_u64;
+                loop {
+                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(redis_key("*"))
+                        .arg("COUNT")
+                        .arg(SCAN_COUNT)
+                        .query_async(&mut *conn)
+                        .await?;
+                    keys.extend(found);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+                let keys: Vec<String> = keys.into_iter().collect();
+                let mut totals = Totals::default();
+                for some in keys.chunks(SCAN_COUNT) {
+                    let mut pipe = redis::pipe();
+                    for key in some {
+                        pipe.cmd("HGET").arg(key).arg("balance");
+                    }
+                    let balances: Vec<Option<i64>> = pipe.query_async(&mut *conn).await?;
+                    totals.accounts += balances.len() as u64;
+                    totals.total += balances
+                        .into_iter()
+                        .map(|b| i128::from(b.unwrap_or(0)))
+                        .sum::<i128>();
+                }
+                Ok(totals)
+            }
+            Store::Postgres(balances) => balances.totals().await,
+        }
+    }
+}
+
+/// How many keys each `SCAN` of [`Store::totals`] asks for, and how many balances each
+/// pipeline reads.
+const SCAN_COUNT: usize = 1000;
 
 /// The key in Redis of the lock store the balances are fenced by.
 const FENCED_BY: &str = "bank:fenced-by";

@@ -7,15 +7,19 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{Method, Response, StatusCode, header};
 use axum::response::IntoResponse;
+use lock_core::backend::MemoryStore;
 use lock_core::{LockGuard, LockKind, LockOptions, Locker};
 use lock_tests::{PostgresServer, RedisServer, TestServer, ZooKeeperServer, eventually};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 
+use crate::audit::{self, ELECTION};
 use crate::demo::{self, Http};
 use crate::service::{AccountId, Bank, BankError, NO_FENCE, STATEMENTS, lock_key};
 use crate::store::postgres::CREATE_TABLE;
@@ -37,6 +41,8 @@ fn config(backend: Backend) -> Config {
         statement_delay: Duration::from_millis(1),
         locks: true,
         admin_token: None,
+        audit_interval: Duration::from_secs(10),
+        replica_id: "replica".to_owned(),
     }
 }
 
@@ -1203,4 +1209,196 @@ async fn a_replica_with_locks_elsewhere_than_the_balances_record_is_refused() {
     Bank::open(&with_locks(None, in_memory))
         .await
         .expect("balances in memory are this process's alone");
+}
+
+/// Two replicas of one bank in this process, as two processes on one Redis are: each with
+/// a `Locker` of its own on one in-memory lock store, and one in-memory balances' store;
+/// `a` and `b` by their replica ids. Their auditors are not started.
+async fn two_replicas_in_memory(config: &Config) -> [Bank; 2] {
+    let locks = Arc::new(MemoryStore::new());
+    let balances = Store::in_memory();
+    let mut replicas = Vec::new();
+    for id in ["a", "b"] {
+        let locker = Locker::builder()
+            .store(locks.clone())
+            .build()
+            .await
+            .unwrap();
+        let config = Config {
+            replica_id: id.to_owned(),
+            ..config.clone()
+        };
+        replicas.push(Bank::on(locker, balances.clone(), &config).await.unwrap());
+    }
+    replicas.try_into().unwrap()
+}
+
+/// A deposit to `id` under the write side of its lock, as the account route makes it.
+async fn deposit_locked(bank: &Bank, id: &str, amount: i64) {
+    let id = AccountId::parse(id).unwrap();
+    let guard = bank.locker().write(&lock_key(&id)).await.unwrap();
+    let amount = crate::service::Amount::parse(amount).unwrap();
+    bank.deposit(&id, amount, guard.fencing_token())
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+/// What `GET /audit` answers on `bank`, asked of its handler.
+async fn audit_report(bank: &Bank) -> Value {
+    let Json(report) = audit::report(State(bank.clone())).await.unwrap();
+    serde_json::to_value(report).unwrap()
+}
+
+/// The replica that has audited, and the one that has not, once one has.
+async fn until_one_audits(replicas: &[Bank; 2]) -> (&Bank, &Bank) {
+    eventually(DEADLINE, "a replica to audit", || async {
+        replicas.iter().any(|bank| bank.auditor().last().is_some())
+    })
+    .await;
+    let [a, b] = replicas;
+    if a.auditor().last().is_some() {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// Two replicas on one store: exactly one audits, now and at every interval after, and
+/// both name it as the leader; once it stops, the other takes over and audits, with a
+/// greater fencing token.
+#[tokio::test(start_paused = true)]
+async fn one_replica_audits_and_the_other_takes_over_when_it_stops() {
+    let interval = Duration::from_secs(10);
+    let replicas = two_replicas_in_memory(&Config {
+        audit_interval: interval,
+        ..config(Backend::Memory)
+    })
+    .await;
+    deposit_locked(&replicas[0], "alice", 70).await;
+    deposit_locked(&replicas[1], "bob", 30).await;
+    let mut auditing: Vec<_> = replicas
+        .iter()
+        .map(|bank| bank.auditor().spawn(bank.store().clone()))
+        .collect();
+
+    let (leader, follower) = until_one_audits(&replicas).await;
+    let audit = leader.auditor().last().unwrap();
+    assert_eq!((audit.total, audit.accounts), (100, 2), "{audit:?}");
+    assert_eq!(audit.leader, leader.auditor().replica_id());
+    assert!(audit.as_of_unix_ms > 0, "{audit:?}");
+    let expected_leader = json!({
+        "id": leader.auditor().replica_id(),
+        "fencing_token": audit.fencing_token,
+    });
+    for (bank, leading) in [(leader, true), (follower, false)] {
+        let report = audit_report(bank).await;
+        assert_eq!(report["replica"], bank.auditor().replica_id(), "{report}");
+        assert_eq!(report["leader"], expected_leader, "{report}");
+        assert_eq!(report["leading"], leading, "{report}");
+    }
+    assert_eq!(audit_report(follower).await["last_audit"], Value::Null);
+
+    // The leader audits again at the next interval, and sees the new deposit; the
+    // follower, intervals later, still has not audited.
+    deposit_locked(follower, "carol", 5).await;
+    eventually(DEADLINE, "the leader to audit again", || async {
+        leader.auditor().last().unwrap().total == 105
+    })
+    .await;
+    tokio::time::sleep(interval * 3).await;
+    assert_eq!(follower.auditor().last(), None);
+    assert!(!follower.auditor().leading());
+
+    // The leader stops, as its process would: its leadership is given back.
+    let leader_index = replicas
+        .iter()
+        .position(|b| std::ptr::eq(b, leader))
+        .unwrap();
+    let stopped = auditing.swap_remove(leader_index);
+    stopped.abort();
+    assert!(stopped.await.unwrap_err().is_cancelled());
+    assert!(!leader.auditor().leading());
+    eventually(DEADLINE, "the other replica to take over", || async {
+        follower.auditor().last().is_some()
+    })
+    .await;
+    let taken_over = follower.auditor().last().unwrap();
+    assert_eq!(taken_over.leader, follower.auditor().replica_id());
+    assert_eq!((taken_over.total, taken_over.accounts), (105, 3));
+    assert!(
+        taken_over.fencing_token > audit.fencing_token,
+        "{taken_over:?} after {audit:?}"
+    );
+    let expected_leader = json!({
+        "id": follower.auditor().replica_id(),
+        "fencing_token": taken_over.fencing_token,
+    });
+    for bank in [leader, follower] {
+        let report = audit_report(bank).await;
+        assert_eq!(report["leader"], expected_leader, "{report}");
+    }
+    let report = audit_report(leader).await;
+    assert_eq!(report["leading"], false, "{report}");
+    assert_eq!(
+        report["last_audit"]["leader"],
+        leader.auditor().replica_id(),
+        "a stopped replica keeps its last audit: {report}"
+    );
+}
+
+/// A leader whose leadership is lost (an operator forces the election's lock open) stops
+/// auditing at once, and the other replica takes over; the deposed one campaigns again,
+/// and leads once the new leader stops.
+#[tokio::test(start_paused = true)]
+async fn a_deposed_leader_stops_auditing_and_campaigns_again() {
+    let interval = Duration::from_secs(10);
+    let replicas = two_replicas_in_memory(&Config {
+        audit_interval: interval,
+        ..config(Backend::Memory)
+    })
+    .await;
+    deposit_locked(&replicas[0], "alice", 7).await;
+    let auditing: Vec<_> = replicas
+        .iter()
+        .map(|bank| bank.auditor().spawn(bank.store().clone()))
+        .collect();
+    let (deposed, other) = until_one_audits(&replicas).await;
+    let first = deposed.auditor().last().unwrap();
+
+    assert!(deposed.locker().force_unlock(ELECTION).await.unwrap());
+    eventually(
+        DEADLINE,
+        "the other to lead, and the deposed to know",
+        || async { other.auditor().last().is_some() && !deposed.auditor().leading() },
+    )
+    .await;
+    let second = other.auditor().last().unwrap();
+    assert!(second.fencing_token > first.fencing_token, "{second:?}");
+    let report = audit_report(deposed).await;
+    assert_eq!(
+        report["leader"]["id"],
+        other.auditor().replica_id(),
+        "{report}"
+    );
+    assert_eq!(report["leading"], false, "{report}");
+    // Its audits were cancelled with its leadership: none since, intervals later.
+    let last = deposed.auditor().last();
+    tokio::time::sleep(interval * 3).await;
+    assert_eq!(deposed.auditor().last(), last);
+    assert!(!deposed.auditor().leading());
+
+    let other_index = replicas
+        .iter()
+        .position(|b| std::ptr::eq(b, other))
+        .unwrap();
+    auditing[other_index].abort();
+    eventually(DEADLINE, "the deposed replica to lead again", || async {
+        deposed
+            .auditor()
+            .last()
+            .is_some_and(|audit| audit.fencing_token > second.fencing_token)
+    })
+    .await;
+    assert!(deposed.auditor().leading());
 }

@@ -21,7 +21,7 @@ use lock_core::backend::redis::bb8::{self, ManageConnection, Pool};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
 
-use super::{Read, StoreError, Write};
+use super::{Read, StoreError, Totals, Write};
 
 /// The connections a replica's locks take at most (the lock store's default).
 pub(crate) const LOCK_CONNECTIONS: usize = lock_core::backend::postgres::DEFAULT_MAX_CONNECTIONS;
@@ -75,6 +75,11 @@ const WRITE_BALANCES: &str = "INSERT INTO bank_accounts (id, balance, fence)
     ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence
     WHERE bank_accounts.fence <= EXCLUDED.fence";
 
+/// [`Store::totals`](super::Store::totals): one statement, so one snapshot. The sum of
+/// bigints is a numeric, which is read as text.
+const TOTALS: &str = "SELECT count(*) AS accounts, coalesce(sum(balance), 0)::text AS total
+    FROM bank_accounts";
+
 /// The balances in the database of a `DATABASE_URL`.
 #[derive(Debug, Clone)]
 pub(crate) struct Balances(Pool<Connector>);
@@ -127,6 +132,19 @@ impl Balances {
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         let conn = self.0.get().await.map_err(pool_failed)?;
         conn.simple_query("").await.map(drop).map_err(failed)
+    }
+
+    pub(crate) async fn totals(&self) -> Result<Totals, StoreError> {
+        let conn = self.0.get().await.map_err(pool_failed)?;
+        let row = conn.query_typed_one(TOTALS, &[]).await.map_err(failed)?;
+        let accounts: i64 = row.get("accounts");
+        let total: String = row.get("total");
+        Ok(Totals {
+            accounts: u64::try_from(accounts).unwrap_or_default(),
+            total: total
+                .parse()
+                .map_err(|_| StoreError(format!("postgres: a total of {total:?}")))?,
+        })
     }
 
     pub(crate) async fn balance(&self, id: &str, fence: u64) -> Result<i64, StoreError> {
