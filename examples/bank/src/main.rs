@@ -28,11 +28,23 @@
 //! DELETE /admin/locks/{key}      -> {"key": "balance:alice", "was_held": true}
 //!                                (an operator forces a stuck lock open; needs
 //!                                `Authorization: Bearer $BANK_ADMIN_TOKEN`)
+//! GET /audit                     -> {"replica": "web-1-4242", "leading": true,
+//!                                    "leader": {"id": "web-1-4242", "fencing_token": 9},
+//!                                    "last_audit": {"total": 130, "accounts": 2,
+//!                                    "as_of_unix_ms": 1767225600000,
+//!                                    "leader": "web-1-4242", "fencing_token": 9}}
+//!                                (who leads the election `bank:auditor` now, `null` if
+//!                                nobody does; whether this replica does; the last audit
+//!                                it ran, `null` if it never led)
 //! GET /healthz                   -> {"locks": "ok", "balances": "ok"}
 //!                                (503 with {"error": "the lock store does not answer",
 //!                                ..} when a store does not answer within 2 s)
 //! GET /metrics                   -> lock-core's lock metrics, in Prometheus text
 //! ```
+//!
+//! One replica at a time audits: the leader of the election `bank:auditor` (see
+//! `audit.rs`) adds up every balance at start, then every `BANK_AUDIT_INTERVAL_MS`; when
+//! it stops or loses its leadership, another replica takes over.
 //!
 //! Every request is traced by tower-http's `TraceLayer`: `RUST_LOG=tower_http=debug`
 //! shows them.
@@ -63,6 +75,11 @@
 //! - `BANK_UNLOCKED=1`: take no account locks at all, to see updates get lost (demo only)
 //! - `BANK_ADMIN_TOKEN`: the bearer token of the `/admin` endpoints; unset, they answer
 //!   `404` (they do not exist), and without the token `401`
+//! - `BANK_AUDIT_INTERVAL_MS`: how often the leading replica audits (default 10000; at
+//!   least 1)
+//! - `BANK_REPLICA_ID`: what this replica campaigns as in the auditor's election, and is
+//!   shown as by `GET /audit` (default `HOSTNAME-PID`, the machine's name and this
+//!   process's id; at most 255 bytes)
 
 mod app;
 mod audit;

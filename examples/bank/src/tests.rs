@@ -1402,3 +1402,72 @@ async fn a_deposed_leader_stops_auditing_and_campaigns_again() {
     .await;
     assert!(deposed.auditor().leading());
 }
+
+#[test]
+fn the_audit_settings_default_and_bad_ones_are_refused_at_start() {
+    let defaults = config_of(&[("HOSTNAME", "web-1")]).unwrap();
+    assert_eq!(defaults.audit_interval, Duration::from_secs(10));
+    assert_eq!(defaults.replica_id, format!("web-1-{}", std::process::id()));
+    let set = config_of(&[
+        ("BANK_AUDIT_INTERVAL_MS", "250"),
+        ("BANK_REPLICA_ID", "east-2"),
+    ])
+    .unwrap();
+    assert_eq!(set.audit_interval, Duration::from_millis(250));
+    assert_eq!(set.replica_id, "east-2");
+    assert!(!config_of(&[]).unwrap().replica_id.is_empty());
+
+    let too_long = "r".repeat(256);
+    for (var, value, reason) in [
+        ("BANK_AUDIT_INTERVAL_MS", "0", "from 1"),
+        ("BANK_AUDIT_INTERVAL_MS", "ten", "\"ten\""),
+        ("BANK_AUDIT_INTERVAL_MS", "-5", "\"-5\""),
+        ("BANK_AUDIT_INTERVAL_MS", "1.5", "\"1.5\""),
+        ("BANK_REPLICA_ID", too_long.as_str(), "at most 255 bytes"),
+    ] {
+        let refused = config_of(&[(var, value)]).unwrap_err();
+        assert!(
+            refused.starts_with(var) && refused.contains(reason),
+            "{var}={value}: {refused}"
+        );
+    }
+    assert!(config_of(&[("BANK_REPLICA_ID", &"r".repeat(255))]).is_ok());
+}
+
+/// `Store::totals` adds up every account's balance: none at first, then every account
+/// written or read, each once.
+async fn the_store_totals_every_balance(store: &Store) {
+    let zero = store.totals().await.unwrap();
+    assert_eq!((zero.accounts, zero.total), (0, 0));
+    let writes = [("alice", i64::MAX, 1), ("bob", 5, 1), ("carol", -2, 1)];
+    let writes = writes.map(|(id, balance, fence)| Write { id, balance, fence });
+    assert!(store.write(&writes).await.unwrap());
+    assert_eq!(store.balance("dave", NO_FENCE).await.unwrap(), 0);
+    let totals = store.totals().await.unwrap();
+    assert_eq!(totals.accounts, 4);
+    assert_eq!(
+        totals.total,
+        i128::from(i64::MAX) + 3,
+        "wider than a balance"
+    );
+}
+
+#[tokio::test]
+async fn the_store_totals_every_balance_in_memory() {
+    the_store_totals_every_balance(&Store::in_memory()).await;
+}
+
+#[tokio::test]
+async fn the_store_totals_every_balance_on_redis() {
+    let redis = RedisServer::spawn();
+    the_store_totals_every_balance(&Store::redis(&redis.url()).await.unwrap()).await;
+}
+
+#[tokio::test]
+async fn the_store_totals_every_balance_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    let store = Store::postgres(&postgres.url(), lock_core::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    the_store_totals_every_balance(&store).await;
+}

@@ -84,6 +84,8 @@ impl Replica {
             "BANK_MAX_STATEMENTS",
             "BANK_STATEMENT_DELAY_MS",
             "BANK_UNLOCKED",
+            "BANK_AUDIT_INTERVAL_MS",
+            "BANK_REPLICA_ID",
         ] {
             command.env_remove(var);
         }
