@@ -1471,3 +1471,99 @@ async fn the_store_totals_every_balance_on_postgres() {
         .unwrap();
     the_store_totals_every_balance(&store).await;
 }
+
+/// `GET /audit` over HTTP on both of two replicas sharing `backend`, as two processes
+/// share it: both name the one that audits, whose audit the other does not have; once it
+/// stops, the other names itself and audits.
+async fn two_replicas_agree_on_who_audits(backend: Backend) {
+    let mut replicas = Vec::new();
+    for id in ["a", "b"] {
+        let (http, bank) = serve(Config {
+            audit_interval: Duration::from_millis(50),
+            replica_id: id.to_owned(),
+            ..config(backend.clone())
+        })
+        .await;
+        replicas.push((http, bank));
+    }
+    let (status, _) = deposit(&replicas[0].0, "alice", 12).await;
+    assert_eq!(status, StatusCode::OK);
+    let replicas: Vec<_> = replicas
+        .into_iter()
+        .map(|(http, bank)| (http, bank.auditor().spawn(bank.store().clone())))
+        .collect();
+    let report = |http: Http| async move {
+        let (status, body) = call(&http, Method::GET, "/audit", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    };
+    eventually(DEADLINE, "a replica to audit", || async {
+        for (http, _) in &replicas {
+            if !report(http.clone()).await["last_audit"].is_null() {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    let reports = [
+        report(replicas[0].0.clone()).await,
+        report(replicas[1].0.clone()).await,
+    ];
+    let leader = reports.iter().position(|r| r["leading"] == true).unwrap();
+    let (led, followed) = (&reports[leader], &reports[1 - leader]);
+    let audit = &led["last_audit"];
+    assert_eq!(
+        (&audit["total"], &audit["accounts"], &audit["leader"]),
+        (&json!(12), &json!(1), &led["replica"]),
+        "{led}"
+    );
+    let expected_leader = json!({
+        "id": led["replica"],
+        "fencing_token": audit["fencing_token"],
+    });
+    assert_eq!(led["leader"], expected_leader, "{led}");
+    assert_eq!(followed["leader"], expected_leader, "{followed}");
+    assert_eq!(
+        (&followed["leading"], &followed["last_audit"]),
+        (&json!(false), &Value::Null),
+        "{followed}"
+    );
+
+    let (follower, _) = &replicas[1 - leader];
+    replicas[leader].1.abort();
+    eventually(DEADLINE, "the other replica to take over", || async {
+        let now = report(follower.clone()).await;
+        now["leading"] == true && now["leader"]["id"] == followed["replica"]
+    })
+    .await;
+    let now = report(follower.clone()).await;
+    // it audits at once on taking over, but the answer may have come in between
+    eventually(DEADLINE, "the new leader to audit", || async {
+        !report(follower.clone()).await["last_audit"].is_null()
+    })
+    .await;
+    let taken_over = report(follower.clone()).await;
+    let audit_token = audit["fencing_token"].as_u64().unwrap();
+    assert!(
+        now["leader"]["fencing_token"].as_u64().unwrap() > audit_token,
+        "{now}"
+    );
+    assert_eq!(
+        taken_over["last_audit"]["leader"], followed["replica"],
+        "{taken_over}"
+    );
+    assert_eq!(taken_over["last_audit"]["total"], 12, "{taken_over}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_agree_on_who_audits_on_redis() {
+    let redis = RedisServer::spawn();
+    two_replicas_agree_on_who_audits(Backend::Redis(redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_agree_on_who_audits_on_postgres() {
+    let postgres = PostgresServer::spawn();
+    two_replicas_agree_on_who_audits(Backend::Postgres(postgres.url())).await;
+}
