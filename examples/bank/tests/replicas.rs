@@ -2,7 +2,7 @@
 //! redis-server or PostgreSQL server: concurrent updates spread over both, one bound on the
 //! statements of both, a replica killed while it holds locks, one paused past its lease
 //! (between its read and its write, or inside a transaction), replicas that start at once
-//! on a fresh database, and a graceful shutdown.
+//! on a fresh database, and a graceful shutdown, which hands the audits over at once.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -652,4 +652,55 @@ async fn sigterm_finishes_the_request_in_flight_and_releases_its_lock() {
     assert_eq!(stored.as_str(), Some("5"));
     // released at shutdown, not left to its 30 s lease
     assert!(!redis.balance_locked("x").await);
+}
+
+/// SIGTERM on the replica that audits: it gives its leadership back as it stops, so the
+/// other leads and audits at once, not once the leader's lease (two minutes, beyond the
+/// deadline) ran out.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_on_the_auditing_replica_hands_the_audits_over_at_once() {
+    let redis = RedisServer::spawn();
+    let settings = [
+        ("BANK_LEASE_MS", "120000"),
+        ("BANK_AUDIT_INTERVAL_MS", "100"),
+    ];
+    let mut replicas = ["a", "b"].map(|id| {
+        let env = [settings[0], settings[1], ("BANK_REPLICA_ID", id)];
+        Replica::start(id, &redis, &env)
+    });
+    let http = http();
+    let report = |addr| {
+        let http = http.clone();
+        async move {
+            let (status, body) = send(&http, Method::GET, addr, "/audit", None)
+                .await
+                .unwrap();
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body
+        }
+    };
+    eventually(DEADLINE, "a replica to audit", || async {
+        report(replicas[0].addr).await["leading"] == true
+            || report(replicas[1].addr).await["leading"] == true
+    })
+    .await;
+    let leader = usize::from(report(replicas[1].addr).await["leading"] == true);
+    let follower = replicas[1 - leader].addr;
+    let before = report(follower).await;
+    assert_eq!(before["last_audit"], Value::Null, "{before}");
+
+    replicas[leader].signal("TERM");
+    wait_until(DEADLINE, "the leader to exit", || {
+        replicas[leader].child.try_wait().unwrap().is_some()
+    });
+    assert!(replicas[leader].child.wait().unwrap().success());
+    eventually(
+        DEADLINE,
+        "the other replica to take over and audit",
+        || async {
+            let now = report(follower).await;
+            now["leader"]["id"] == before["replica"] && !now["last_audit"].is_null()
+        },
+    )
+    .await;
 }
