@@ -7,7 +7,9 @@
 //! lose its leadership (its lease ran out, its session ended, an operator forced it open),
 //! its audits stop at once and it campaigns again; should it stop, its leadership is given
 //! back and another replica leads. The election takes only the `Locker`, so it runs on
-//! whichever lock store the bank has.
+//! whichever lock store the bank has. On PostgreSQL a follower's campaign waits inside the
+//! server, on a session that holds nothing else, so one of each follower's lock
+//! connections (`store::postgres::LOCK_CONNECTIONS`) stays busy with it.
 //!
 //! An audit only reads. Were it to write (a report, a ledger entry), it would pass its
 //! leadership's fencing token along, as the account routes pass their lock's, so that a

@@ -277,9 +277,7 @@ impl Store {
             Store::Postgres(balances) => balances.write(writes).await,
         }
     }
-}
 
-impl Store {
     /// Every account's balance added up, read without any account's lock: in memory under
     /// the map's mutex, and on PostgreSQL in one statement, so both are a snapshot; on
     /// Redis account by account (`SCAN`, then each balance), so an update made meanwhile
