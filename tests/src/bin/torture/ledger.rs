@@ -10,6 +10,12 @@
 //! `torture:refused_writers` each process's refused writes, by pid, and
 //! `torture:lock_calls` each process's longest lock call of each kind, as the fields
 //! `{pid}:{kind}:took` and `{pid}:{kind}:wait` (milliseconds).
+//!
+//! An election's candidates (see `candidate`) write to the key named for the election
+//! through the same fence, each write adding one to `value`; there `torture:K:order`
+//! lists the token of every accepted write, in the order the fence accepted them, and
+//! the sorted set `torture:K:leaders` scores each process (pid) by the token it last won
+//! the election with.
 
 use std::time::Duration;
 
@@ -65,6 +71,21 @@ redis.call('HINCRBY', KEYS[1], 'accepted', 1)
 return 1
 ";
 
+/// A leader's fenced write: adds one to the counter, unless the token is stale, and
+/// lists the token of an accepted write. Returns 1 if it was accepted, 0 if refused
+/// (counted for the writer's process too).
+/// KEYS: the hash, `torture:refused_writers`, `:order`; ARGV: the token, the pid.
+const LEADER_WRITE: &str = r"
+if not fence(KEYS[1], ARGV[1], 'refused') then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], 'value', 1)
+redis.call('HINCRBY', KEYS[1], 'accepted', 1)
+redis.call('RPUSH', KEYS[3], ARGV[1])
+return 1
+";
+
 /// Keeps a process's longest lock call of a kind: the one that ran furthest past its
 /// wait. KEYS: `torture:lock_calls`; ARGV: `"{pid}:{kind}"`, how long the call took, the
 /// wait it asked for (milliseconds).
@@ -97,6 +118,14 @@ fn inside(key: &str) -> String {
 
 fn granted(key: &str) -> String {
     format!("torture:{key}:granted")
+}
+
+fn order(key: &str) -> String {
+    format!("torture:{key}:order")
+}
+
+fn leaders(key: &str) -> String {
+    format!("torture:{key}:leaders")
 }
 
 /// What a worker counts in the ledger, besides the sections' own writes.
@@ -186,6 +215,7 @@ pub(crate) struct Ledger {
     enter: Script,
     read: Script,
     write: Script,
+    leader_write: Script,
     lock_call: Script,
     pid: u32,
 }
@@ -200,6 +230,7 @@ impl Ledger {
             enter: Script::new(ENTER),
             read: Script::new(&format!("{FENCE}{READ}")),
             write: Script::new(&format!("{FENCE}{WRITE}")),
+            leader_write: Script::new(&format!("{FENCE}{LEADER_WRITE}")),
             lock_call: Script::new(LOCK_CALL),
             pid: std::process::id(),
         })
@@ -243,6 +274,26 @@ impl Ledger {
             .key(REFUSED_WRITERS)
             .arg(token.to_string())
             .arg(value)
+            .arg(self.pid)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(accepted == 1)
+    }
+
+    /// Notes that this process won the election `key` with `token`.
+    pub(crate) async fn took_over(&self, key: &str, token: u64) -> RedisResult<()> {
+        self.conn.clone().zadd(leaders(key), self.pid, token).await
+    }
+
+    /// A leader's write to `key`, unless a newer token has been seen (the ledger counts
+    /// it): whether it was accepted.
+    pub(crate) async fn leader_write(&self, key: &str, token: u64) -> RedisResult<bool> {
+        let accepted: i64 = self
+            .leader_write
+            .key(hash(key))
+            .key(REFUSED_WRITERS)
+            .key(order(key))
+            .arg(token.to_string())
             .arg(self.pid)
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -369,6 +420,34 @@ pub(crate) fn forget_process(
         }
     }
     Ok(())
+}
+
+/// The newest leader of the election `key` so far, as the process that won it (pid) and
+/// its token: `None` before anyone led.
+pub(crate) fn newest_leader(
+    ledger: &RedisServer,
+    key: &str,
+) -> Result<Option<(u32, u64)>, HarnessError> {
+    let reply = ledger.cmd(&["ZRANGE", &leaders(key), "-1", "-1", "WITHSCORES"])?;
+    let entry = reply.as_sequence().unwrap_or_default();
+    let [pid, token] = entry else {
+        return Ok(None);
+    };
+    let parse = |v: &redis::Value| v.as_str().and_then(|s| s.parse::<f64>().ok());
+    Ok(parse(pid)
+        .zip(parse(token))
+        .map(|(pid, token)| (pid as u32, token as u64)))
+}
+
+/// The tokens of the writes the fence accepted on `key`, in the order it accepted them.
+pub(crate) fn accepted_order(ledger: &RedisServer, key: &str) -> Result<Vec<u64>, HarnessError> {
+    let reply = ledger.cmd(&["LRANGE", &order(key), "0", "-1"])?;
+    Ok(reply
+        .as_sequence()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.as_str().and_then(|s| s.parse().ok()))
+        .collect())
 }
 
 /// The writes accepted so far over `keys`.

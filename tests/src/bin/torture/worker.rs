@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::ledger::{CallKind, Event, Ledger, LockCall};
-use crate::store;
+use crate::{candidate, store};
 
 /// The first argument that makes the binary a worker.
 pub(crate) const COMMAND: &str = "worker";
@@ -53,6 +53,9 @@ pub(crate) enum Sections {
     /// between its late writes and a newer holder's. The other tasks only try for that
     /// key, without waiting, so as not to queue behind it.
     OneSlowHolder,
+    /// No tasks: the worker process is one candidate of an election named for the first
+    /// key, writing to that key through the fence while it leads (see `candidate`).
+    Candidate,
 }
 
 impl Sections {
@@ -60,13 +63,18 @@ impl Sections {
         match self {
             Sections::Short => "short",
             Sections::OneSlowHolder => "one-slow-holder",
+            Sections::Candidate => "candidate",
         }
     }
 
     fn parse(name: &str) -> Option<Sections> {
-        [Sections::Short, Sections::OneSlowHolder]
-            .into_iter()
-            .find(|s| s.name() == name)
+        [
+            Sections::Short,
+            Sections::OneSlowHolder,
+            Sections::Candidate,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 }
 
@@ -133,6 +141,11 @@ async fn run(args: Args) -> Result<(), String> {
         let _ = std::io::stdin().read_to_end(&mut Vec::new());
         stopping.cancel();
     });
+    if args.sections == Sections::Candidate {
+        candidate::run(&locker, &ledger, &args.keys[0], args.lifetime, stop).await;
+        locker.flush().await;
+        return Ok(());
+    }
     let knows_its_holds = store::knows_its_holds(&args.store);
     let leaving = TaskTracker::new();
     let tasks = TaskTracker::new();
