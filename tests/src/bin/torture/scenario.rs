@@ -56,6 +56,12 @@ pub(crate) enum Fault {
     BackendsTerminated,
     /// Every MariaDB session that holds a lock killed (`KILL`).
     SessionsKilled,
+    /// The worker process that leads the election killed (SIGKILL) while the others
+    /// campaign.
+    ElectedKilled,
+    /// The worker process that leads the election frozen (SIGSTOP) for two lifetimes
+    /// while the others campaign, then resumed.
+    ElectedPaused,
 }
 
 impl Fault {
@@ -288,6 +294,23 @@ pub(crate) const ALL: &[Scenario] = &[
                    goes; its writes refused once it resumes; its release frees nothing of \
                    others'",
     },
+    Scenario {
+        name: "election-leader-killed",
+        deployment: Deployment::Single,
+        fault: Fault::ElectedKilled,
+        sections: Sections::Candidate,
+        expected: "a follower leads once the killed leader's lease ends, not later; accepted \
+                   writes never go back in token order",
+    },
+    Scenario {
+        name: "election-leader-paused",
+        deployment: Deployment::Single,
+        fault: Fault::ElectedPaused,
+        sections: Sections::Candidate,
+        expected: "a follower leads once the paused leader's lease ends, not later; the old \
+                   leader's late writes refused once it resumes; accepted writes never go \
+                   back in token order",
+    },
 ];
 
 /// What the fault did, for the checks.
@@ -303,6 +326,9 @@ struct Injected {
     /// For a killed holder on PostgreSQL, which frees its locks at once: how many it held
     /// as it was killed.
     killed_holder_locks: Option<u64>,
+    /// For a faulted leader: how long after the fault a newer leader took over, if one
+    /// did within the wait.
+    takeover: Option<Duration>,
 }
 
 /// Runs `scenario` and judges what the ledger shows.
@@ -386,6 +412,9 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
             row.violation("the fence refused no write of the paused holder".to_owned());
         }
     }
+    if scenario.sections == Sections::Candidate {
+        judge_election(&mut row, scenario, &ledger, &keys[0], lifetime, &injected);
+    }
     judge(
         &mut row,
         scenario,
@@ -395,6 +424,50 @@ pub(crate) fn run(scenario: &'static Scenario, options: &Options) -> Row {
         failed_workers,
     );
     row
+}
+
+/// Adds to `row` what an election's candidates must show: the fence accepted their
+/// writes in token order (no two leaders' writes out of order), and a newer leader took
+/// over from the faulted one within its lifetime (and the store's expiry delay) plus
+/// [`FREE_SLACK`].
+fn judge_election(
+    row: &mut Row,
+    scenario: &Scenario,
+    ledger: &RedisServer,
+    election: &str,
+    lifetime: Duration,
+    injected: &Injected,
+) {
+    let order = ledger::accepted_order(ledger, election).expect("read the ledger");
+    let backwards = order.windows(2).filter(|w| w[1] < w[0]).count();
+    let leaders = order.windows(2).filter(|w| w[1] != w[0]).count() + 1;
+    row.note(format!(
+        "{} writes accepted under {leaders} leaderships in turn",
+        order.len()
+    ));
+    if backwards > 0 {
+        row.violation(format!(
+            "{backwards} accepted writes went back in token order: two leaders' writes \
+             accepted out of order"
+        ));
+    }
+    let within = freed_within(scenario.deployment, lifetime);
+    match injected.takeover {
+        Some(took) => {
+            row.note(format!(
+                "a follower took over within {} ms",
+                took.as_millis()
+            ));
+            if took > within {
+                row.violation(format!(
+                    "a follower took over {} ms after the fault, past {} ms",
+                    took.as_millis(),
+                    within.as_millis()
+                ));
+            }
+        }
+        None => row.violation("no follower took over from the faulted leader".to_owned()),
+    }
 }
 
 /// Adds to `row` every check that failed.
@@ -634,7 +707,67 @@ fn inject(
                 ..Injected::default()
             }
         }
+        Fault::ElectedKilled => {
+            let (pid, token) = await_leader(ledger, &keys[0], two_lifetimes);
+            workers.kill(pid);
+            let within = freed_within(scenario.deployment, lifetime) + FREE_SLACK;
+            Injected {
+                takeover: await_takeover(ledger, &keys[0], token, within),
+                ..once
+            }
+        }
+        Fault::ElectedPaused => {
+            let (pid, token) = await_leader(ledger, &keys[0], two_lifetimes);
+            workers.signal(pid, "STOP");
+            let paused = Instant::now();
+            let takeover = await_takeover(ledger, &keys[0], token, two_lifetimes);
+            thread::sleep(two_lifetimes.saturating_sub(paused.elapsed()));
+            workers.signal(pid, "CONT");
+            Injected {
+                paused_holder: Some(PausedHolder {
+                    pid,
+                    span: paused.elapsed(),
+                }),
+                takeover,
+                ..once
+            }
+        }
     }
+}
+
+/// Waits until someone leads `election` (at most `timeout`) and returns the newest
+/// leader's pid and token.
+fn await_leader(ledger: &RedisServer, election: &str, timeout: Duration) -> (u32, u64) {
+    let started = Instant::now();
+    loop {
+        if let Some(leader) = ledger::newest_leader(ledger, election).expect("read the ledger") {
+            return leader;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "nobody led the election within {timeout:?}"
+        );
+        thread::sleep(SAMPLE_EVERY);
+    }
+}
+
+/// Waits until a leader newer than `token` took over `election`, for at most `timeout`:
+/// how long that took, or `None` if none did.
+fn await_takeover(
+    ledger: &RedisServer,
+    election: &str,
+    token: u64,
+    timeout: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        let newest = ledger::newest_leader(ledger, election).expect("read the ledger");
+        if newest.is_some_and(|(_, newest)| newest > token) {
+            return Some(started.elapsed());
+        }
+        thread::sleep(SAMPLE_EVERY);
+    }
+    None
 }
 
 /// Kills (`KILL`) the session that holds each of `keys` on `server`: how many it killed.
@@ -813,24 +946,43 @@ impl Workers {
 
     /// Kills the first worker with SIGKILL and returns its pid.
     fn kill_first(&mut self) -> u32 {
-        let child = &mut self.children[0];
-        child.kill().expect("kill the first worker");
-        child.wait().expect("reap the first worker");
-        self.killed = Some(child.id());
-        child.id()
+        let pid = self.first_pid();
+        self.kill(pid);
+        pid
+    }
+
+    /// Kills the worker `pid` with SIGKILL.
+    fn kill(&mut self, pid: u32) {
+        let child = self
+            .children
+            .iter_mut()
+            .find(|child| child.id() == pid)
+            .expect("a worker of this run");
+        child.kill().expect("kill the worker");
+        child.wait().expect("reap the worker");
+        self.killed = Some(pid);
     }
 
     /// Sends `SIG{signal}` to the first worker and returns its pid.
     fn signal_first(&self, signal: &str) -> u32 {
-        let pid = self.children[0].id();
+        let pid = self.first_pid();
+        self.signal(pid, signal);
+        pid
+    }
+
+    /// Sends `SIG{signal}` to the worker `pid`.
+    fn signal(&self, pid: u32, signal: &str) {
+        assert!(
+            self.pids().contains(&pid),
+            "{pid} is not a worker of this run"
+        );
         let status = Command::new("kill")
             .args([format!("-{signal}"), pid.to_string()])
             .status();
         assert!(
             status.is_ok_and(|s| s.success()),
-            "could not send SIG{signal} to the first worker"
+            "could not send SIG{signal} to the worker {pid}"
         );
-        pid
     }
 
     /// Tells every worker to stop and waits for it; returns what went wrong with any.
