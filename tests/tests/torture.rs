@@ -203,6 +203,21 @@ fn postgres_holder_paused() {
     assert!(paused_holder_refused(&report) > 0, "{report}");
 }
 
+/// The leading candidate killed: a follower takes over once its lease ends, and the
+/// fence accepts the leaders' writes in token order.
+#[test]
+fn election_leader_killed() {
+    torture("election-leader-killed");
+}
+
+/// The leading candidate paused past its lease: a follower takes over, and the old
+/// leader's late write is refused once it resumes.
+#[test]
+fn election_leader_paused() {
+    let report = torture("election-leader-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_tested() {
@@ -238,6 +253,8 @@ fn every_scenario_is_tested() {
         "mariadb-server-restarted",
         "mariadb-holder-killed",
         "mariadb-holder-paused",
+        "election-leader-killed",
+        "election-leader-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }
