@@ -218,6 +218,21 @@ fn election_leader_paused() {
     assert!(paused_holder_refused(&report) > 0, "{report}");
 }
 
+/// The leading candidate killed: a follower takes over once the server expires its
+/// session.
+#[test]
+fn zookeeper_election_leader_killed() {
+    torture("zookeeper-election-leader-killed");
+}
+
+/// The leading candidate paused past its session timeout: a follower takes over, and the
+/// old leader's late write is refused once it resumes.
+#[test]
+fn zookeeper_election_leader_paused() {
+    let report = torture("zookeeper-election-leader-paused");
+    assert!(paused_holder_refused(&report) > 0, "{report}");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_tested() {
@@ -255,6 +270,8 @@ fn every_scenario_is_tested() {
         "mariadb-holder-paused",
         "election-leader-killed",
         "election-leader-paused",
+        "zookeeper-election-leader-killed",
+        "zookeeper-election-leader-paused",
     ];
     assert_eq!(listed.lines().collect::<Vec<_>>(), tested);
 }

@@ -19,13 +19,13 @@
 //! sessions that hold locks, pause the server past the lease, restart it (fencing tokens
 //! kept), and kill or pause a holder process.
 //!
-//! The election scenarios (`election-*`, one Redis) run another workload: each worker
-//! process is a candidate of one election, and while it leads it writes to a resource
-//! behind the same fence with its leadership's fencing token (`candidate`). The leader's
-//! process is killed, or paused past its lease and resumed, while the others campaign;
-//! a follower must take over within the lease (+ slack), the resumed leader's late
-//! writes must be refused, and the writes the fence accepted must never go back in token
-//! order.
+//! The election scenarios (`election-*` on one Redis, `zookeeper-election-*` on one
+//! ZooKeeper server) run another workload: each worker process is a candidate of one
+//! election, and while it leads it writes to a resource behind the same fence with its
+//! leadership's fencing token (`candidate`). The leader's process is killed, or paused
+//! past its lease (session) and resumed, while the others campaign; a follower must take
+//! over within the lease or session (+ slack), the resumed leader's late writes must be
+//! refused, and the writes the fence accepted must never go back in token order.
 //!
 //! On PostgreSQL a hold lasts as long as its session, which the server ends once idle for
 //! the session lease (2 s). The PostgreSQL scenarios end the holding sessions

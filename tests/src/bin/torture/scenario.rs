@@ -311,6 +311,23 @@ pub(crate) const ALL: &[Scenario] = &[
                    leader's late writes refused once it resumes; accepted writes never go \
                    back in token order",
     },
+    Scenario {
+        name: "zookeeper-election-leader-killed",
+        deployment: Deployment::ZooKeeper,
+        fault: Fault::ElectedKilled,
+        sections: Sections::Candidate,
+        expected: "a follower leads once the server expires the killed leader's session, \
+                   not later; accepted writes never go back in token order",
+    },
+    Scenario {
+        name: "zookeeper-election-leader-paused",
+        deployment: Deployment::ZooKeeper,
+        fault: Fault::ElectedPaused,
+        sections: Sections::Candidate,
+        expected: "a follower leads once the server expires the paused leader's session; \
+                   the old leader's late writes refused once it resumes; accepted writes \
+                   never go back in token order",
+    },
 ];
 
 /// What the fault did, for the checks.
