@@ -283,6 +283,145 @@ async fn dropping_an_acquire_in_flight_leaves_no_lock() {
     assert!(free_for_others(&locker, "in-flight").await);
 }
 
+/// Lets every spawned task of this (single-threaded) runtime run until it waits.
+async fn let_tasks_run() {
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Takes each of `names` on a task of its own, while the server is paused behind a first
+/// acquisition in flight: they queue, and go to Redis together once it comes back.
+async fn take_behind_one_in_flight(
+    server: &RedisServer,
+    locker: &Locker,
+    first: &str,
+    names: &[String],
+) -> Vec<LockGuard> {
+    server.pause();
+    let take = |name: &str| {
+        let (locker, name) = (locker.clone(), name.to_owned());
+        tokio::spawn(async move { locker.lock(&name).await })
+    };
+    let in_flight = take(first);
+    let_tasks_run().await;
+    let queued: Vec<_> = names.iter().map(|name| take(name)).collect();
+    let_tasks_run().await;
+    server.resume();
+    let mut guards = vec![in_flight.await.unwrap().unwrap()];
+    for task in queued {
+        guards.push(task.await.unwrap().expect("a queued acquisition"));
+    }
+    guards
+}
+
+#[tokio::test]
+async fn acquisitions_and_releases_queued_behind_one_in_flight_go_as_one_call() {
+    let server = RedisServer::spawn();
+    let locker = connect_quiet(&server).await;
+    locker
+        .lock("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..8).map(|i| format!("grouped:{i}")).collect();
+    let before = evalsha_calls(&server);
+    let guards = take_behind_one_in_flight(&server, &locker, "alone", &names).await;
+    assert_eq!(
+        evalsha_calls(&server) - before,
+        2,
+        "the first acquisition alone, then the eight queued behind it as one call"
+    );
+    let mut tokens: Vec<u64> = guards.iter().map(LockGuard::fencing_token).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 9, "each acquisition draws its own token");
+    for name in names.iter().map(String::as_str).chain(["alone"]) {
+        assert!(lock_exists(&server, name), "{name} is not held");
+        assert!(!free_for_others(&locker, name).await, "{name} is free");
+    }
+    for guard in &guards {
+        assert!(guard.is_held().await.unwrap());
+    }
+
+    let before = evalsha_calls(&server);
+    server.pause();
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.release()))
+        .collect();
+    let_tasks_run().await;
+    server.resume();
+    for release in releases {
+        release.await.unwrap().expect("a queued release");
+    }
+    assert_eq!(
+        evalsha_calls(&server) - before,
+        2,
+        "the first release alone, then the eight queued behind it as one call"
+    );
+    for name in names.iter().map(String::as_str).chain(["alone"]) {
+        assert!(!lock_exists(&server, name), "{name} is still held");
+    }
+}
+
+#[tokio::test]
+async fn an_acquisition_given_up_while_queued_takes_nothing() {
+    let server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    locker
+        .lock("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.pause();
+    let in_flight = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("first").await })
+    };
+    let_tasks_run().await;
+    let given_up = timeout(Duration::from_millis(100), locker.lock("given-up")).await;
+    assert!(given_up.is_err(), "the acquisition should still be queued");
+    server.resume();
+    let first = in_flight.await.unwrap().unwrap();
+    locker.flush().await;
+    assert!(!lock_exists(&server, "given-up"));
+    assert!(free_for_others(&locker, "given-up").await);
+    first.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn each_caller_in_a_group_that_fails_gets_the_error() {
+    let mut server = RedisServer::spawn();
+    let locker = connect(&server).await;
+    locker
+        .lock("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.pause();
+    let take = |name: &'static str| {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.try_lock(name).await.map(|guard| guard.is_some()) })
+    };
+    let first = take("first");
+    let_tasks_run().await;
+    let queued: Vec<_> = ["second", "third"].into_iter().map(take).collect();
+    let_tasks_run().await;
+    server.kill();
+    for task in std::iter::once(first).chain(queued) {
+        let answer = timeout(5 * SEC, task).await.expect("no answer").unwrap();
+        let err = answer.expect_err("the server is gone");
+        assert!(err.is_backend(), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn reentrancy_is_per_task_and_costs_no_round_trip() {
     let server = RedisServer::spawn();
