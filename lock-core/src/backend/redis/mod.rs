@@ -4,24 +4,110 @@
 //! [`RedLockStore`], configured by its [`RedLockStoreBuilder`]). The Redis methods of
 //! [`Locker`](crate::Locker) and [`LockerBuilder`](crate::LockerBuilder) (such as
 //! [`Locker::cluster`](crate::Locker::cluster), or [`Locker::connect`](crate::Locker::connect)
-//! with a `redis://` url) are shorthands for these builders.
+//! with a `redis://` url) are shorthands for these builders. They need Redis 7.0 or later,
+//! or Valkey. What each deployment guarantees, and what it does not, is in the
+//! repository's `docs/stores.md`.
 //!
 //! The Redis client crates the stores are built on are re-exported here ([`redis`],
 //! [`bb8`], [`bb8_redis`]), so that a pool given to
 //! [`RedisStoreBuilder::pool`] has the versions this crate uses; and so are the defaults
 //! of a Redis store's settings (such as [`DEFAULT_NAMESPACE`]).
 //!
-//! A lock `K` is the key `P{K}` (`P` the namespace), holding its owner's token alone, as
-//! redis-py, node-redlock and redsync expect; its other keys are `P{K}:<suffix>`, in the
-//! same hash tag. An owner that names itself (an [election](crate::Election)'s
-//! candidate) keeps its holder id in `P{K}:holder_id`, set with the lock by the same
-//! script, given the same expiry, renewed and deleted with it; a plain lock's calls never
-//! touch that key. On RedLock each master keeps it so. Each such owner is announced on
-//! the channel of the same name as it takes the lock and as it gives it back (or is
-//! forced out), and a follower's [`watch`](crate::Election::watch) listens there on a
-//! pub/sub connection of its own (on every master, for RedLock): it learns of a new
-//! leader in a round trip or two, and of one whose lease ran out unannounced within its
-//! interval.
+//! # Settings
+//!
+//! A [`RedisStoreBuilder`] takes one deployment ([`url`](RedisStoreBuilder::url),
+//! [`pool`](RedisStoreBuilder::pool), a url with a pool,
+//! [`sentinel(urls, master_name)`](RedisStoreBuilder::sentinel) or
+//! [`cluster(seed_urls)`](RedisStoreBuilder::cluster)) and checks every setting in
+//! [`build`](RedisStoreBuilder::build) before it connects: a bad one is
+//! [`LockError::Config`], saying which. RedLock takes one
+//! `RedisStoreBuilder` per master, [`RedLockStore::builder(masters)`](RedLockStore::builder),
+//! and turns local hand-overs off on each.
+//!
+//! # Layout
+//!
+//! A lock `K` is the key `P{K}` (`P` the namespace, `lock:` unless
+//! [set](RedisStoreBuilder::namespace)), holding its owner's token alone, set with a `PX`
+//! expiry only while nobody holds it: the layout of redis-py's `Lock`, node-redlock and
+//! redsync (their `SET NX PX`), so their clients and ours exclude each other. Its other
+//! keys are `P{K}:<suffix>`, in the same hash tag, so that all of them live in one cluster
+//! slot. Every script passes every key through `KEYS` and runs by `EVALSHA`. With the
+//! default namespace:
+//!
+//! | key | holds |
+//! |---|---|
+//! | `lock:{K}` | the holder's token; `read` while readers hold it, for as long as the longest of them; `semaphore` while permits do |
+//! | `lock:{K}:fence` | the fencing counter |
+//! | `lock:{K}:lockers` | the `Locker`s (processes) with tasks waiting for the lock, oldest first (a sorted set) |
+//! | `lock:{K}:released:<id>` | the channel on which the waiting `Locker` `<id>` is woken |
+//! | `lock:{K}:queue`, `lock:{K}:places` | a fair lock's line of waiting tokens, and their places |
+//! | `lock:{K}:readers` | a read-write lock's readers, each with its own lease: token → when that lease runs out, on the server's clock (a sorted set) |
+//! | `lock:{K}:writers` | the writers waiting, with when each began to ask (a hash) |
+//! | `lock:{K}:holders`, `lock:{K}:permits` | a semaphore's holders, kept as readers are, and its count |
+//! | `lock:{K}:holder_id` | the holder id of an owner that names itself (below) |
+//!
+//! A release wakes the one `Locker` that has waited longest and still listens, so one
+//! process asks again, not all of them. A fair lock uses the same lock key, so fair and
+//! exclusive holds of one key exclude each other; a place in its line runs out 5 s after
+//! its waiter last asked, so a waiter that died is skipped, and a release hands the lock
+//! over to the next in line and tells that waiter's process alone, on its channel. An
+//! exclusive lock released while a task of the same `Locker` waits for it is handed over
+//! to the longest-waiting such task: one script sets that task's token and draws its
+//! fencing token, and no message is sent. After
+//! [`local_handovers`](RedisStoreBuilder::local_handovers) such hand-overs in a row (8 by
+//! default) the release frees the lock and wakes the next process, so waiters elsewhere
+//! get their turn. A read-write lock's writer holds the lock key itself. A lease that ran
+//! out is dropped by the next script that looks, and every one of these keys expires once
+//! idle. A key used as two kinds is safe (never two holders, never a `WRONGTYPE` reply),
+//! but best used as one.
+//!
+//! An owner that names itself (an [election](crate::Election)'s candidate) keeps its
+//! holder id in `P{K}:holder_id`, set with the lock by the same script, given the same
+//! expiry, renewed and deleted with it; a plain lock's calls never touch that key. On
+//! RedLock each master keeps it so. Each such owner is announced on the channel of the
+//! same name as it takes the lock and as it gives it back (or is forced out), and a
+//! follower's [`watch`](crate::Election::watch) listens there on a pub/sub connection of
+//! its own (on every master, for RedLock): it learns of a new leader in a round trip or
+//! two, and of one whose lease ran out unannounced within its interval.
+//!
+//! # Credentials, TLS and timeouts
+//!
+//! Credentials go in the url (`redis://user:password@host:6379/`, an ACL user, or
+//! `redis://:password@host` for `requirepass`); no error, log line or `Debug` shows the
+//! password. With lock-core's `tls` feature, `rediss://` urls connect over TLS (rustls),
+//! trusting the system's certificate authorities, or the one given to
+//! [`tls_root_certificate`](RedisStoreBuilder::tls_root_certificate) for a server that a
+//! private authority signed (one server and RedLock for now).
+//!
+//! A command waits for Redis's answer for 500 ms
+//! ([`response_timeout`](RedisStoreBuilder::response_timeout)), then its call fails with
+//! [`LockError::Backend`]; an acquisition cut short that way
+//! gives its lock back in the background. Commands of one `Locker` share one connection
+//! per server, so raise the timeout where a slow network, a server busy with slow
+//! commands, or tens of thousands of tasks asking at once make answers come later than
+//! that.
+//!
+//! # RedLock
+//!
+//! Each attempt asks every master at once, giving each a twentieth of the lease to
+//! answer. The lock is taken as soon as a majority granted it (a semaphore of `p` permits
+//! needs `⌊p·n/(p+1)⌋ + 1` of `n` masters, so that `p + 1` holders can never each have
+//! theirs) and it is still valid: until the majority's leases run out, reckoned from when
+//! the commands were sent, less an allowance for clock drift (1% of the lease plus 2 ms,
+//! [`RedLockStoreBuilder::drift`]). The call does not wait for the other masters; one that
+//! grants the lock later keeps it, renewed and released with the rest, so the lock then
+//! also survives losing masters of its first majority.
+//! [`LockGuard::lease_left`](crate::LockGuard::lease_left) shows what is left of the
+//! validity. A grant short of the quorum is released on every master before the next
+//! attempt; a call that cannot reach the quorum (too many masters down) fails at once with
+//! [`LockError::Quorum`]. Renewals and `extend` need the
+//! majority too; a lease that loses it is lost (`lost()` resolves, `with_lock` is
+//! cancelled). The fencing token is the largest of the granting masters' counters times
+//! the number of masters (plus, for readers and permits, the index of the one that drew
+//! it, so that those sharing a lock never get the same one), and the granting masters
+//! raise their counters to it, so every later majority, which shares a master with this
+//! one, draws a larger one; `inspect` reads an owner's token back from the counters a
+//! majority of its masters keep.
 
 // The layout of this folder:
 //
