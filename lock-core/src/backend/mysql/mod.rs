@@ -1,5 +1,7 @@
 //! Locks as MySQL or MariaDB user locks (`GET_LOCK`), named as madelson's DistributedLock
-//! names them, fenced by a counter table: [`MySqlStore`].
+//! names them, fenced by a counter table: [`MySqlStore`] (feature `mysql`). The locks live in
+//! the database the service already runs, and a .NET service using DistributedLock shares
+//! them by their names.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]

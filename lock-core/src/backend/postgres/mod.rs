@@ -1,17 +1,31 @@
 //! Locks as PostgreSQL advisory locks, keyed as madelson's DistributedLock keys them,
-//! fenced by a counter table: [`PostgresStore`].
+//! fenced by a counter table: [`PostgresStore`] (feature `postgres`). The locks live in the
+//! database the service already runs, and a .NET service using DistributedLock, a Python
+//! service using pals and a Rust service using this crate share a lock by its name.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
 //! use lock_core::Locker;
+//! use lock_core::backend::PostgresStore;
 //!
 //! let locker = Locker::postgres("postgres://app:secret@10.0.0.5:5432/app").await?;
-//! let guard = locker.lock("balance:42").await?;
+//! let guard = locker.lock("billing.balance:42").await?;
 //! // Strictly greater for every later hold of the key by this crate, across restarts.
 //! let fence = guard.fencing_token();
 //! # let _ = fence;
 //! guard.release().await?;
+//!
+//! // Or with settings of its own.
+//! let store = PostgresStore::builder("postgres://app:secret@10.0.0.5:5432/app")
+//!     .max_connections(10)
+//!     .session_lease(Duration::from_secs(10))
+//!     .build()
+//!     .await?;
+//! let billing = Locker::builder().store(Arc::new(store)).build().await?;
+//! # let _ = billing;
 //! # Ok(())
 //! # }
 //! ```

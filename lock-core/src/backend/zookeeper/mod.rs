@@ -1,17 +1,31 @@
 //! Locks on a ZooKeeper ensemble, in Apache Curator's layout, fenced by each node's
-//! creation zxid: [`ZooKeeperStore`].
+//! creation zxid: [`ZooKeeperStore`] (feature `zookeeper`), so that a Java service using
+//! Curator and a Rust service using this crate share one lock.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
 //! use lock_core::Locker;
+//! use lock_core::backend::ZooKeeperStore;
 //!
-//! let locker = Locker::zookeeper("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181").await?;
+//! // The connect string's chroot (`/app`) holds every node of the store.
+//! let locker = Locker::zookeeper("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181/app").await?;
 //! let guard = locker.lock("balance:42").await?;
 //! // Strictly greater for every later hold of the key, across leader elections.
 //! let fence = guard.fencing_token();
 //! # let _ = fence;
 //! guard.release().await?;
+//!
+//! // Or with settings of its own.
+//! let store = ZooKeeperStore::builder("10.0.0.1:2181")
+//!     .session_timeout(Duration::from_secs(5))
+//!     .base_path("/billing/locks")
+//!     .build()
+//!     .await?;
+//! let billing = Locker::builder().store(Arc::new(store)).build().await?;
+//! # let _ = billing;
 //! # Ok(())
 //! # }
 //! ```
