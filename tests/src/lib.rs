@@ -189,3 +189,10 @@ pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool
         thread::sleep(POLL_INTERVAL);
     }
 }
+
+/// The workspace README's Rust examples, compiled (and, unless marked `no_run`, run) by
+/// `cargo test -p lock-tests --doc`, so that an example the API no longer matches fails
+/// here, not in a reader's hands.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
