@@ -123,6 +123,11 @@ mod layer;
 mod rejection;
 mod service;
 
+/// The examples of this crate's README, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use future::ResponseFuture;
 pub use key::{KeyExtractor, KeyFn, KeyTemplate, PathParams, TemplateError, key_fn};
 #[allow(deprecated, reason = "the old name keeps working")]

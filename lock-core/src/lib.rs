@@ -349,6 +349,11 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
+/// The examples of this crate's README, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use election::{DEFAULT_WATCH_INTERVAL, Election, Leader, Leadership};
 pub use error::LockError;
 pub use guard::LockGuard;

@@ -11,6 +11,11 @@ mod attr;
 mod expand;
 mod template;
 
+/// The examples of this crate's README, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// Runs an `async fn` under a distributed lock whose key is built from its arguments.
 ///
 /// ```
