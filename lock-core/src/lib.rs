@@ -1,5 +1,8 @@
-//! Distributed locks for async Rust services: Redis as the shared arbiter, or this
-//! process's memory, or a store of your own behind one contract.
+//! Distributed locks for async Rust services, with fencing tokens, kept in this process's
+//! memory, in Redis (one server, Sentinel, a Cluster, or RedLock over independent
+//! masters), in ZooKeeper, in PostgreSQL, in MySQL or MariaDB, or in a store of your own
+//! behind one contract. Exclusive, fair, read-write, semaphore and multi-key locks; leader
+//! election; and jobs that run once however many replicas fire them.
 //!
 //! Several replicas of a service agree that only one of them touches a resource (an
 //! account balance, a job, a file) at a time:
@@ -23,7 +26,51 @@
 //! # }
 //! ```
 //!
+//! # Stores
+//!
+//! One url picks the store ([`Locker::connect`], [`LockerBuilder::url`]); each store also
+//! has a shorthand on [`Locker`] and [`LockerBuilder`], and a builder of its own for every
+//! setting. A store says which [kinds](LockKind) it has; asking for another is
+//! [`LockError::Unsupported`].
+//!
+//! | store | feature | url, shorthand | a hold lasts | kinds |
+//! |---|---|---|---|---|
+//! | this process's memory, [`MemoryStore`](backend::MemoryStore) | none | `memory://`, [`Locker::in_memory`] | a lease | all |
+//! | one Redis server, [`RedisStore`] | `redis` | `redis://`, `rediss://`, `Locker::connect` | a lease | all |
+//! | Redis Sentinel's master, a [`RedisStore`] | `redis` | `Locker::sentinel` | a lease | all |
+//! | a Redis Cluster, a [`RedisStore`] | `redis` | `Locker::cluster` | a lease | all |
+//! | RedLock over independent Redis masters, [`RedLockStore`] | `redis` | `Locker::redlock` | a lease, on a quorum | all but fair |
+//! | a ZooKeeper ensemble, in Apache Curator's layout, [`ZooKeeperStore`] | `zookeeper` | `zookeeper://`, `Locker::zookeeper` | its session | all |
+//! | PostgreSQL advisory locks, [`PostgresStore`] | `postgres` | `postgres://`, `Locker::postgres` | its session | all |
+//! | MySQL or MariaDB `GET_LOCK` user locks, [`MySqlStore`] | `mysql` | `mysql://`, `mariadb://`, `Locker::mysql` | its session | exclusive, semaphore |
+//!
+//! A lease runs out unless the `Locker`'s watchdog renews it; a session lasts while its
+//! client keeps it alive, and the server ends it once the client is silent for its
+//! timeout. Either way a hold that ends before its release is **lost**, and its guard
+//! says so. The store contract is in [`backend`]; each store's module docs say how its
+//! locks are laid out, which other clients share them (redis-py, node-redlock, Curator,
+//! madelson's DistributedLock), and what a fault of its server means for its holds.
+//!
+//! # Features
+//!
+//! | feature | default | what it brings |
+//! |---|---|---|
+//! | `redis` | yes | the Redis stores, [`RedisStore`] and [`RedLockStore`], with their client crates (redis-rs, bb8), and the Redis shorthands of `Locker` and `LockerBuilder` |
+//! | `macros` | yes | [`#[distributed_lock]`][distributed_lock], re-exported from lock-macros |
+//! | `zookeeper` | no | [`ZooKeeperStore`] and `Locker::zookeeper` |
+//! | `postgres` | no | [`PostgresStore`] and `Locker::postgres` |
+//! | `mysql` | no | [`MySqlStore`] and `Locker::mysql` |
+//! | `tls` | no | TLS by rustls (with ring) to the stores that are on: `rediss://` urls, PostgreSQL's `sslmode`, MySQL's `require_ssl`; each builder's `tls_root_certificate` |
+//! | `metrics` | no | metrics through the [`metrics`](https://docs.rs/metrics) facade: `lock_acquisitions_total`, `lock_timeouts_total`, `lock_losses_total`, `lock_wait_seconds` and `lock_hold_seconds`, labelled by `kind` and `lock` |
+//! | `conformance` | no | [`conformance`], the suite that proves a store keeps the store contract, for the tests of a store of your own |
+//!
+//! With `default-features = false` and one store's feature, lock-core builds that store's
+//! client alone (memory is always there). `tracing` spans and events cover every call,
+//! whatever the features.
+//!
 //! # How it works
+//!
+//! What every store shares, with Redis for the examples of what a store does its own way:
 //!
 //! - On Redis, a lock with key `K` is the string key `lock:{K}` holding its owner's
 //!   random token, set with `SET NX PX` (the protocol of redis-py's `Lock`,
@@ -34,12 +81,15 @@
 //! - Each acquisition draws a **fencing token** in the same round trip, strictly
 //!   greater than every earlier one for that lock: hand it to your storage, on every
 //!   access, so that a holder whose lease ran out cannot overwrite newer data (see
-//!   [Fencing](#fencing)).
+//!   [Fencing](#fencing)). Each store mints it its own way: a counter in Redis's acquire
+//!   script, a ZooKeeper node's creation zxid, a counter table in PostgreSQL and MySQL.
 //! - A **lease** (30 s by default) bounds how long a crashed owner blocks others. While a
 //!   guard lives, the **watchdog** renews it every third of the lease, all due renewals
 //!   of a `Locker` in one batch (one pipeline on Redis). If renewal fails until the lease
 //!   runs out, the guard is **lost**: [`LockGuard::lost`] resolves and
-//!   [`Locker::with_lock`] cancels its future.
+//!   [`Locker::with_lock`] cancels its future. In a session store the session's timeout
+//!   plays the lease's part: the client keeps the session alive, and a hold is lost when
+//!   its session ends.
 //! - **Waiters** are woken by a release, on Redis through one pub/sub connection per
 //!   `Locker`: a release wakes one waiter of the `Locker` that has waited longest (the
 //!   others make no attempt); a jittered poll bounded by the holder's lease
@@ -48,6 +98,8 @@
 //!   same `Locker` waits for **hands it over** to that task instead, in the same one
 //!   round trip (owner and fencing token set by one script, no message), up to
 //!   [`local_handovers`](backend::RedisStoreBuilder::local_handovers) times in a row.
+//!   ZooKeeper, PostgreSQL and MySQL wait on the server side instead: a watch on the
+//!   node ahead, a blocking advisory lock or `GET_LOCK` bounded by the wait.
 //! - A **fair** lock ([`LockKind::Fair`]) serves its waiters first come first served,
 //!   across every process: they queue in the store (`lock:{K}:queue` on Redis), and a
 //!   release hands the lock straight to the next in line and tells that waiter's
@@ -59,7 +111,8 @@
 //!   `lock:{K}:readers`, and the lock key holds `read` while they hold it.
 //! - A **semaphore** ([`Locker::semaphore`]) admits up to its count of holders, each
 //!   with its own token, lease and fencing token; a crashed holder's permit comes back
-//!   when its lease runs out, reckoned on the store's clock (Redis `TIME`).
+//!   when its lease runs out, reckoned on the store's clock (Redis `TIME`), or when its
+//!   session ends.
 //! - Holds are **re-entrant per task**: a task that holds a lock and asks again gets it
 //!   at once; another task waits, even on the same thread. A writer that asks to read
 //!   gets its own write hold again; a reader that asks to write gets
@@ -68,10 +121,12 @@
 //! - Dropping a guard, an acquiring future or a `with_lock` future never leaves a lock
 //!   behind: the lock is released in the background at once.
 //!
-//! # Configuring Redis
+//! # Configuring a store
 //!
-//! The Redis stores come with the `redis` feature, on by default; without it, lock-core
-//! builds no Redis client. Each store owns its settings: a
+//! Each store owns its settings, on its builder ([`backend`] lists them), plugged into a
+//! `Locker` with [`LockerBuilder::store`]; a url holds the settings that fit in one (see
+//! [`LockerBuilder::url`]). The Redis stores come with the `redis` feature, on by default;
+//! without it, lock-core builds no Redis client. A
 //! [`RedisStore`](backend::RedisStore) is configured by
 //! its builder (where its server is: a url, a bb8 pool, Sentinel's master or a Cluster;
 //! its namespace, timeouts, fence counter expiry, local hand-overs and safety poll), and
@@ -196,7 +251,7 @@
 //! | word | meaning |
 //! |---|---|
 //! | **key** | What a caller locks, such as `balance:42`; a [`LockKey`] once checked. |
-//! | **store** | Where locks live: Redis, this process's memory, or one of your own; a [`backend::Store`]. |
+//! | **store** | Where locks live: this process's memory, Redis, ZooKeeper, PostgreSQL, MySQL, or one of your own; a [`backend::Store`]. |
 //! | **deployment** | Where a Redis store's server is: one server (a url or a bb8 pool), the master Sentinel names, or a Cluster. RedLock holds each lock on a quorum of independent **masters**, each one server. |
 //! | **settings** | How a store is configured, by its own builder ([`backend::RedisStoreBuilder`]); a [`LockerBuilder`] holds only the defaults every store shares, and its Redis methods are **shorthands** for the store's builder. |
 //! | **store key** | A store's own name for a lock, which its server knows it by: on Redis the key `lock:{balance:42}`, with `lock:{balance:42}:fence` and others beside it; on ZooKeeper the path of its node, `/locks/balance:42`; on PostgreSQL its advisory key; on MySQL its user lock's name, which `GET_LOCK` takes. A key maps to one store key; the key is what errors and [`LockError::key`] report. |
@@ -209,7 +264,7 @@
 //! | **holder id** | What a holder calls itself, kept by the store beside its hold for anyone to read: a candidate's id. |
 //! | **permit** | A hold of a semaphore; its **count** is how many it admits at once. |
 //! | **guard** | A [`LockGuard`]: proof of a hold, which releases it when dropped. |
-//! | **lease** | How long a hold lasts in a lease store (Redis) unless renewed. |
+//! | **lease** | How long a hold lasts in a lease store (memory, Redis) unless renewed. |
 //! | **session** | What a hold lasts as long as in a session store (ZooKeeper, SQL), which has no lease. |
 //! | **watchdog** | The task of a `Locker` that renews its leases, and marks lost those it could not. |
 //! | **lost** | A hold whose lease ran out, or whose session ended, before its release. |
@@ -238,10 +293,13 @@
 //!   scripts, which node a call goes to (`routing.rs`, over `slots.rs`), fencing tokens
 //!   (`fencing.rs`), keys, the pub/sub hub, each lock kind's script calls, and the
 //!   hand-over optimisations; `redlock.rs` holds a lock on a quorum of independent
-//!   masters, [`backend::RedLockStore`], configured in `redlock/builder.rs`) and
-//!   `backend/memory/` ([`backend::MemoryStore`]; one file per concern: the admission
-//!   rule every kind shares, each lock's state, the fence counter, wake-ups and
-//!   sessions); how a lock is released, which each maps to its own script or state
+//!   masters, configured in `redlock/builder.rs`), `backend/memory/`
+//!   ([`backend::MemoryStore`]; one file per concern: the admission rule every kind
+//!   shares, each lock's state, the fence counter, wake-ups and sessions), and
+//!   `backend/zookeeper/`, `backend/postgres/` and `backend/mysql/`, each with its
+//!   builder and shorthands in `builder.rs`, the two SQL stores over the session code
+//!   they share in `backend/sql/`. One table maps a url's scheme to its store
+//!   (`backend/scheme.rs`). How a lock is released, which each maps to its own script or state
 //!   change, is `backend/release.rs`. The quorum itself is `backend/redlock/`, over
 //!   any masters that implement its interface (`master.rs`). [`LockerBuilder`]
 //!   (`locker/builder.rs`) holds the defaults every store shares, and shorthands that
@@ -325,11 +383,45 @@
 //! # Ok(())
 //! # }
 //! ```
-
+//!
+//! [`RedisStore`]: backend::RedisStore
+//! [`RedLockStore`]: backend::RedLockStore
+//! [distributed_lock]: distributed_lock
+//!
+// What the features off by default bring: linked where it is built, and otherwise to its
+// page on docs.rs, which builds every feature.
+#![cfg_attr(
+    feature = "zookeeper",
+    doc = "[`ZooKeeperStore`]: backend::ZooKeeperStore"
+)]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "[`PostgresStore`]: backend::PostgresStore"
+)]
+#![cfg_attr(feature = "mysql", doc = "[`MySqlStore`]: backend::MySqlStore")]
+#![cfg_attr(feature = "conformance", doc = "[`conformance`]: mod@conformance")]
+#![cfg_attr(
+    not(feature = "zookeeper"),
+    doc = "[`ZooKeeperStore`]: https://docs.rs/lock-core/0.4/lock_core/backend/struct.ZooKeeperStore.html"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`PostgresStore`]: https://docs.rs/lock-core/0.4/lock_core/backend/struct.PostgresStore.html"
+)]
+#![cfg_attr(
+    not(feature = "mysql"),
+    doc = "[`MySqlStore`]: https://docs.rs/lock-core/0.4/lock_core/backend/struct.MySqlStore.html"
+)]
+#![cfg_attr(
+    not(feature = "conformance"),
+    doc = "[`conformance`]: https://docs.rs/lock-core/0.4/lock_core/conformance/index.html"
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod backend;
 #[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 mod election;
 mod error;
@@ -366,6 +458,7 @@ pub use options::{DEFAULT_FENCE_TTL, DEFAULT_LEASE, DEFAULT_WAIT, LockOptions, M
 pub use semaphore::Semaphore;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lock_macros::distributed_lock;
 
 /// What `#[distributed_lock]` expands to. Not public API: no stability guarantees.

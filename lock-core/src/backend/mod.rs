@@ -181,12 +181,15 @@ pub(crate) mod fence;
 mod into_store;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod mysql;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub(crate) mod redact;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(any(feature = "redis", test))]
 pub(crate) mod redlock;
@@ -199,18 +202,23 @@ pub(crate) mod store;
 pub(crate) mod tls;
 pub(crate) mod wait;
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub mod zookeeper;
 
 pub use into_store::IntoStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use mysql::{MySqlStore, MySqlStoreBuilder};
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedLockStore, RedLockStoreBuilder, RedisStore, RedisStoreBuilder};
 pub use store::{
     Acquire, Acquired, Expiry, Hold, HolderChanges, Outcome, Renewal, Store, StoreFuture,
 };
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use zookeeper::{ZooKeeperStore, ZooKeeperStoreBuilder};

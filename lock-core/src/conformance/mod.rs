@@ -210,6 +210,7 @@ pub trait StoreUnderTest: Send + Sync + 'static {
 /// test on it within [`TEST_LIMIT`](crate::conformance::TEST_LIMIT). See the
 /// [module docs](mod@crate::conformance).
 #[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 macro_rules! conformance {
     ($store:ident, $make:expr) => {
         $crate::conformance!(@tests $store, $make;

@@ -150,6 +150,7 @@ impl MySqlStoreBuilder {
     /// # }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_certificate = Some(pem.into());
         self
@@ -260,6 +261,7 @@ const MYSQL: ChosenBy = ChosenBy {
     ),
 };
 
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 impl LockerBuilder {
     /// Keep the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
     /// (see [`Locker::mysql`]). Shorthand for [`MySqlStore::builder`] with its default
@@ -269,6 +271,7 @@ impl LockerBuilder {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 impl Locker {
     /// Keeps the locks as `GET_LOCK` user locks on the MySQL or MariaDB server of `url`
     /// (such as `"mysql://user:pass@host:3306/db"`), named as madelson's DistributedLock

@@ -149,6 +149,7 @@ impl PostgresStoreBuilder {
     /// # }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_certificate = Some(pem.into());
         self
@@ -252,6 +253,7 @@ const POSTGRES: ChosenBy = ChosenBy {
     ),
 };
 
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 impl LockerBuilder {
     /// Keep the locks as advisory locks in the PostgreSQL database of `url` (see
     /// [`Locker::postgres`]). Shorthand for [`PostgresStore::builder`] with its default
@@ -261,6 +263,7 @@ impl LockerBuilder {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 impl Locker {
     /// Keeps the locks as advisory locks in the PostgreSQL database of `url` (such as
     /// `"postgres://user:pass@host:5432/db"`), keyed as madelson's DistributedLock keys

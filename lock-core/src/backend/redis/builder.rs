@@ -239,6 +239,7 @@ impl RedisStoreBuilder {
     /// # }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.trust.root = Some(pem.into());
         self

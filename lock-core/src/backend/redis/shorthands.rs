@@ -101,6 +101,7 @@ fn redlock(mut shared: Shared) -> RedLockStoreBuilder {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl LockerBuilder {
     /// Shorthand for [`RedisStoreBuilder::url`], which [`url`](Self::url) takes a Redis
     /// url to: the Redis server to use. With a [`pool`](Self::pool) too, commands go
@@ -195,6 +196,7 @@ impl LockerBuilder {
     /// authority `pem` (a PEM certificate) for `rediss://` urls, instead of the system's
     /// authorities. Applies to [`url`](Self::url) and [`redlock`](Self::redlock).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(self, pem: impl Into<Vec<u8>>) -> Self {
         self.redis(|redis| redis.tls_root_certificate(pem))
     }
@@ -219,6 +221,7 @@ impl LockerBuilder {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl Locker {
     /// Keeps the locks in the Redis Cluster that the nodes at `seed_urls` belong to, with
     /// the default settings (see [`LockerBuilder::cluster`]). Every key of a lock shares

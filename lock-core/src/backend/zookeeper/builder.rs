@@ -191,6 +191,7 @@ const ZOOKEEPER: ChosenBy = ChosenBy {
     ),
 };
 
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 impl LockerBuilder {
     /// Keep the locks on the ZooKeeper ensemble of `connect_string` (see
     /// [`Locker::zookeeper`]). Shorthand for [`ZooKeeperStore::builder`] with its default
@@ -200,6 +201,7 @@ impl LockerBuilder {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 impl Locker {
     /// Keeps the locks on the ZooKeeper ensemble of `connect_string` (`host:port` pairs,
     /// comma-separated, with an optional chroot suffix such as `/app`), in Apache
