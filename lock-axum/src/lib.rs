@@ -1,6 +1,10 @@
 //! A tower layer for axum routers that runs each request under a distributed lock named
 //! from the request: its path parameters, query string or headers.
 //!
+//! The lock is taken through a `lock_core::Locker`, so it lives in whichever store that
+//! `Locker` keeps its locks in: this process's memory, Redis (one server, Sentinel, a
+//! Cluster, RedLock), ZooKeeper, PostgreSQL, MySQL or MariaDB, or a store of your own.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -17,11 +21,12 @@
 //!
 //! async fn deposit(Path(id): Path<u64>, Extension(lock): Extension<HeldLock>) -> String {
 //!     // runs while this replica holds "balance:{id}"; no other request for the same
-//!     // account, on any replica sharing the Redis, runs at the same time
+//!     // account, on any replica sharing the lock store, runs at the same time
 //!     format!("deposited to {id} under {} (token {})", lock.key(), lock.fencing_token())
 //! }
 //!
-//! // `Locker::connect("redis://..").await?` in production
+//! // `Locker::connect(url).await?` in production, with the url of a Redis server, a
+//! // ZooKeeper ensemble, a PostgreSQL or a MySQL database
 //! let locker = Locker::in_memory();
 //! let app = Router::new()
 //!     .route("/accounts/{id}/deposit", post(deposit))
@@ -61,7 +66,7 @@
 //! closure through [`key_fn`]. Request values are checked, never trusted, and written
 //! escaped (`:` as `%3A`, `%` as `%25`), so that no value can pass for part of another key
 //! (see [`KeyTemplate`]); the complete name goes through lock-core's key validation before
-//! anything is sent to Redis.
+//! anything is sent to the store.
 //!
 //! # Why `route_layer`
 //!
@@ -91,8 +96,8 @@
 //! |-----------|--------|
 //! | a method that does not lock (GET, HEAD, OPTIONS, … by default; see [`LockLayer::methods`]) | the handler runs unlocked |
 //! | the lock is taken within the wait | the handler runs; it can take [`Extension<HeldLock>`](HeldLock) |
-//! | the lock stayed held for the whole wait | `423 Locked` (or [`LockLayer::on_contended`]) with `Retry-After`: the holder's remaining lease, in seconds rounded up |
-//! | Redis unreachable or failing | `503 Service Unavailable`; the handler does not run |
+//! | the lock stayed held for the whole wait | `423 Locked` (or [`LockLayer::on_contended`]), with `Retry-After` where the store knows the holder's remaining lease (memory, Redis): that lease, in seconds rounded up |
+//! | the store unreachable or failing, or without the lock's kind | `503 Service Unavailable`; the handler does not run |
 //! | a placeholder without a value, or a value that is refused | `400 Bad Request` with a one-line plain-text reason |
 //!
 //! Each is a [`LockRejection`]; [`LockLayer::error_handler`] replaces the response.

@@ -1,6 +1,12 @@
 //! `#[distributed_lock]`: run an `async fn` under a distributed lock whose key is built
 //! from its arguments.
 //!
+//! The lock is taken through a `lock_core::Locker`, so it lives in whichever store that
+//! `Locker` keeps its locks in: this process's memory, Redis (one server, Sentinel, a
+//! Cluster, RedLock), ZooKeeper, PostgreSQL, MySQL or MariaDB, or a store of your own.
+//! Every kind works where the store has it: exclusive, fair, read-write, semaphore, and
+//! several keys at once.
+//!
 //! Use it through `lock-core` (feature `macros`, on by default), as
 //! `lock_core::distributed_lock`: the expansion refers to `::lock_core`.
 #![deny(missing_docs)]
@@ -68,7 +74,8 @@ struct ReadmeDoctests;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), AppError> {
-/// // `Locker::connect("redis://127.0.0.1/").await?` in production.
+/// // In production `Locker::connect(url).await?`, with the url of a Redis server, a
+/// // ZooKeeper ensemble, a PostgreSQL or a MySQL database.
 /// let locker = Locker::in_memory();
 /// let bank = Bank { locker: locker.clone(), balances: Mutex::default() };
 /// assert_eq!(bank.withdraw(7, 30).await?, 70);
