@@ -13,8 +13,8 @@
 //! use std::time::Duration;
 //! use lock_core::{LockOptions, Locker};
 //!
-//! // `Locker::connect("redis://127.0.0.1/").await?` in production: the in-memory
-//! // store has the same semantics within one process.
+//! // `Locker::connect(url).await?` in production, with the url of one of the stores
+//! // below: the in-memory store has the same semantics within one process.
 //! let locker = Locker::in_memory();
 //!
 //! let guard = locker
@@ -65,8 +65,8 @@
 //! | `conformance` | no | [`conformance`], the suite that proves a store keeps the store contract, for the tests of a store of your own |
 //!
 //! With `default-features = false` and one store's feature, lock-core builds that store's
-//! client alone (memory is always there). `tracing` spans and events cover every call,
-//! whatever the features.
+//! client alone (memory is always there). `tracing` spans and events cover taking,
+//! renewing and releasing locks, whatever the features.
 //!
 //! # How it works
 //!
