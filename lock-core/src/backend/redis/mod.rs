@@ -794,7 +794,7 @@ impl Store for RedisStore {
 
     /// A pub/sub connection of its own, on which each owner that names itself (an
     /// election's candidate) is announced as it takes the lock and as it gives it back or
-    /// is forced out (see [`followers`]); not a lease that runs out.
+    /// is forced out (see the `followers` module); not a lease that runs out.
     fn watch_holders<'a>(&'a self, key: &'a LockKey) -> StoreFuture<'a, HolderChanges> {
         Box::pin(self.watch_named_holders(key))
     }
