@@ -44,13 +44,13 @@ fn tasks() -> usize {
 async fn crowd(server: &RedisServer, waiter: &Locker, tasks_before: usize) -> usize {
     let channels = || count(server, &["PUBSUB", "CHANNELS", "lock:{scale:*:released:*"]);
     let waiting_sets = || count(server, &["KEYS", "lock:{scale:*}:lockers"]);
-    // In steps, each once the server has seen the step before try (each attempt runs
-    // one `SET`, alone or in a group's call): a hundred thousand first attempts at once
-    // would queue on the connection past its response timeout (500 ms unless
-    // `LockerBuilder::response_timeout` says otherwise), and fail their calls.
+    // In steps, each once the server has seen the step before try: a hundred thousand
+    // first attempts at once would queue on the connection past its response timeout
+    // (500 ms unless `LockerBuilder::response_timeout` says otherwise), and fail their
+    // calls.
     let mut waiting = Vec::with_capacity(WAITERS);
     for start in (0..WAITERS).step_by(STEP) {
-        let tried = server.calls("set");
+        let tried = server.calls("evalsha");
         for i in start..start + STEP {
             let waiter = waiter.clone();
             waiting.push(tokio::spawn(async move {
@@ -59,7 +59,7 @@ async fn crowd(server: &RedisServer, waiter: &Locker, tasks_before: usize) -> us
             }));
         }
         eventually(30 * SEC, "a step of waiters to try", || {
-            std::future::ready(server.calls("set") >= tried + STEP as u64)
+            std::future::ready(server.calls("evalsha") >= tried + STEP as u64)
         })
         .await;
     }

@@ -125,8 +125,6 @@
 // - [`exclusive`], [`fair`], [`read_write`] and [`semaphore`]: the lock kinds, each the
 //   script calls that take and release it and the replies they read; [`shared`]: what
 //   reads and permits, which share a lock, have in common;
-// - [`group_commit`]: the exclusive locks' acquire and release calls that queue while one
-//   is in flight, sent to Redis as one;
 // - [`handover`]: what makes a contended exclusive lock fast: a release hands it to a
 //   waiter of the same `Locker`, and wakes one waiting `Locker` rather than all;
 //   [`giving_back`]: the store's methods that give a lock back that way, or in the
@@ -174,7 +172,6 @@ mod fair;
 mod fencing;
 mod followers;
 mod giving_back;
-mod group_commit;
 mod handover;
 mod hub;
 mod keys;
@@ -198,7 +195,6 @@ pub use builder::{
 };
 use connection::{Conn, Connection, Timeouts};
 use deployment::Deployment;
-use group_commit::Groups;
 use handover::{OwnWaiters, ReleasePlan};
 use hub::{Hub, Listening, Relay};
 use keys::{Channels, RedisKey};
@@ -277,12 +273,8 @@ struct Inner {
     channels: Channels,
     local_handovers: u32,
     safety_poll: Duration,
-    /// Work that outlives the call that started it (releasing for an acquire cut short,
-    /// sending queued calls).
+    /// Work that outlives the call that started it (releasing for an acquire cut short).
     background: TaskTracker,
-    /// The queues of calls that go to Redis in groups; none on a Redis Cluster, where
-    /// every call goes alone.
-    groups: Option<Groups>,
 }
 
 /// Where its server is, never with a password.
@@ -316,10 +308,6 @@ impl RedisStore {
             safety_poll,
         } = config;
         let (address, publish) = (deployment.address(), deployment.publish());
-        let groups = match deployment {
-            Deployment::Cluster(_) => None,
-            _ => Some(Groups::default()),
-        };
         let (source, endpoint) = deployment.connections();
         let connection = Connection::new(source, address, timeouts);
         let channels = Channels::new();
@@ -349,7 +337,6 @@ impl RedisStore {
                 local_handovers,
                 safety_poll,
                 background: TaskTracker::new(),
-                groups,
             }
         });
         RedisStore(inner)
@@ -534,13 +521,7 @@ impl RedisStore {
         let scripts = &self.0.scripts;
         let call = match request.kind {
             LockKind::Fair => return self.attempt_fair(&key, &attempting).await,
-            LockKind::Exclusive => {
-                if let Some(groups) = self.groups_for(&attempting, asking) {
-                    let (reply, sent) = self.acquire_in_group(groups, &key, &attempting).await?;
-                    return reply.attempt(request, sent);
-                }
-                exclusive::acquire_call(scripts, &key, &attempting)
-            }
+            LockKind::Exclusive => exclusive::acquire_call(scripts, &key, &attempting),
             LockKind::Read => read_write::read_acquire_call(scripts, &key, &attempting),
             LockKind::Write => read_write::write_acquire_call(scripts, &key, &attempting),
             LockKind::Semaphore { permits } => {
@@ -585,9 +566,6 @@ impl RedisStore {
                 self.hand_over(key, token, claim).instrument(span).await
             }
             ReleasePlan::Free(own_waiters) => {
-                if !named && let Some(groups) = &self.0.groups {
-                    return self.release_in_group(groups, key, token, own_waiters).await;
-                }
                 let mut conn = self.0.connection.get().await?;
                 self.free_exclusive(&mut conn, key, token, named, own_waiters)
                     .await

@@ -19,9 +19,8 @@ use crate::kind::Sharing;
 use crate::{HolderInfo, LockError, LockInfo, LockKind};
 use tokio::time::Instant;
 
-/// A script that takes `$keys` keys (0 for a group's script, whose every call says how
-/// many): its helpers (each prepended file), then its body, publishing its wake-ups as
-/// `$publish` says.
+/// A script that takes `$keys` keys: its helpers (each prepended file), then its body,
+/// publishing its wake-ups as `$publish` says.
 macro_rules! script {
     ($publish:ident, $keys:literal: $($file:literal),+) => {
         LockScript::new(
@@ -78,17 +77,6 @@ impl LockScript {
             .arg(self.script.get_hash())
             .arg(self.keys + usize::from(named))
             .arg(key);
-        ScriptCall {
-            script: &self.script,
-            cmd,
-        }
-    }
-
-    /// A call of a script that takes a group of calls' keys, `keys` of them: the caller
-    /// adds them, then the arguments.
-    pub(super) fn group(&self, keys: usize) -> ScriptCall<'_> {
-        let mut cmd = Cmd::with_capacity(3 + keys * 2, 64 * keys);
-        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
         ScriptCall {
             script: &self.script,
             cmd,
@@ -156,12 +144,8 @@ pub(super) struct Scripts {
     /// Take an exclusive lock (keeping the holder id of an owner that names itself):
     /// [`AcquireReply`].
     pub(super) acquire: LockScript,
-    /// Take several exclusive locks, each for its own caller: an [`AcquireReply`] each.
-    pub(super) acquire_group: LockScript,
     /// Release an exclusive lock (and its holder id): whether the caller held it.
     pub(super) release: LockScript,
-    /// Release several exclusive locks, each for its own owner: whether each was held.
-    pub(super) release_group: LockScript,
     /// Set a lease (and its holder id's) if the caller owns the lock: whether it did.
     pub(super) extend: LockScript,
     /// Hand an exclusive lock to a local waiter: its fencing token, or nil.
@@ -206,21 +190,9 @@ impl Scripts {
                 "lockers.lua",
                 "admission.lua",
                 "holder_id.lua",
-                "take_exclusive.lua",
                 "acquire.lua"
             ),
-            acquire_group: script!(publish, 0: "fence.lua",
-                "lockers.lua",
-                "admission.lua",
-                "holder_id.lua",
-                "take_exclusive.lua",
-                "acquire_group.lua"
-            ),
-            release: script!(publish, 3: "lockers.lua", "free_exclusive.lua", "release.lua"),
-            release_group: script!(publish, 0: "lockers.lua",
-                "free_exclusive.lua",
-                "release_group.lua"
-            ),
+            release: script!(publish, 3: "lockers.lua", "release.lua"),
             extend: script!(publish, 2: "shared.lua", "extend.lua"),
             handover: script!(publish, 2: "fence.lua", "handover.lua"),
             relay: script!(publish, 2: "lockers.lua", "relay.lua"),
@@ -270,12 +242,10 @@ impl Scripts {
     }
 
     /// Each script, to load them all up front.
-    pub(super) fn all(&self) -> [&LockScript; 21] {
+    pub(super) fn all(&self) -> [&LockScript; 19] {
         [
             &self.acquire,
-            &self.acquire_group,
             &self.release,
-            &self.release_group,
             &self.extend,
             &self.handover,
             &self.relay,
