@@ -1,7 +1,8 @@
-//! The benchmark's goals, as lock-core 0.3 set them (BENCHMARKS.md says why each is where
-//! it is), each checked on figures from this one run: ratios between the systems, handoff
-//! latencies in the round trips measured beside them, and absolute figures where the goal
-//! names one. A goal whose figure the run did not measure says so.
+//! The benchmark's goals, as lock-core 0.3 set them (BENCHMARKS.md, "The checks the program
+//! prints", says why each is where it is), each checked on figures from this one run: ratios
+//! between the systems, handoff latencies in the round trips measured beside them, and
+//! absolute figures where the goal names one. A goal whose figure the run did not measure
+//! says so.
 
 use std::fmt::Write as _;
 
