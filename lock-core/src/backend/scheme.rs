@@ -68,9 +68,9 @@ impl LockerBuilder {
     /// | scheme | store | feature |
     /// |---|---|---|
     /// | `redis://`, `rediss://`, `valkey://`, `valkeys://`, `redis+unix://`, `valkey+unix://`, `unix://` | one Redis server, as [`RedisStoreBuilder::url`](crate::backend::RedisStoreBuilder::url) takes it (`rediss://` needs `tls` too) | `redis` |
-    /// | `postgres://`, `postgresql://` | PostgreSQL, as [`Locker::postgres`] | `postgres` |
-    /// | `mysql://`, `mariadb://` | MySQL or MariaDB, as [`Locker::mysql`] | `mysql` |
-    /// | `zookeeper://[user:password@]host:port[,host:port...][/chroot]` | a ZooKeeper ensemble, as [`Locker::zookeeper`], with digest authentication for a user | `zookeeper` |
+    /// | `postgres://`, `postgresql://` | PostgreSQL, as `Locker::postgres` | `postgres` |
+    /// | `mysql://`, `mariadb://` | MySQL or MariaDB, as `Locker::mysql` | `mysql` |
+    /// | `zookeeper://[user:password@]host:port[,host:port...][/chroot]` | a ZooKeeper ensemble, as `Locker::zookeeper`, with digest authentication for a user | `zookeeper` |
     /// | `memory://` | this process's memory, as [`in_memory`](Self::in_memory) | none |
     ///
     /// A Redis url goes with a [`pool`](Self::pool), as it always has; any other store's

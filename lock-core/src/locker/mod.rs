@@ -474,9 +474,9 @@ impl Locker {
     /// What each store reports is told on its own `inspect`: [`MemoryStore`]'s,
     /// [`RedisStore`](crate::backend::RedisStore)'s (one server, Sentinel, Cluster),
     /// [`RedLockStore`](crate::backend::RedLockStore)'s,
-    /// [`ZooKeeperStore`](crate::backend::ZooKeeperStore)'s,
-    /// [`PostgresStore`](crate::backend::PostgresStore)'s and
-    /// [`MySqlStore`](crate::backend::MySqlStore)'s (each behind its feature). A store of
+    /// `ZooKeeperStore`'s,
+    /// `PostgresStore`'s and
+    /// `MySqlStore`'s (each behind its feature). A store of
     /// your own answers [`LockError::Config`] unless it implements
     /// [`Store::inspect`](crate::backend::Store::inspect).
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {

@@ -76,7 +76,7 @@
 //! `redis://:password@host` for `requirepass`); no error, log line or `Debug` shows the
 //! password. With lock-core's `tls` feature, `rediss://` urls connect over TLS (rustls),
 //! trusting the system's certificate authorities, or the one given to
-//! [`tls_root_certificate`](RedisStoreBuilder::tls_root_certificate) for a server that a
+//! `RedisStoreBuilder::tls_root_certificate` for a server that a
 //! private authority signed (one server and RedLock for now).
 //!
 //! A command waits for Redis's answer for 500 ms
